@@ -670,6 +670,22 @@ func readGroupJoin(dir string) (joinRecord, bool, error) {
 	return jr, true, nil
 }
 
+// writeGroupJoin records jr as the joinFile of group directory dir,
+// durably, creating dir.
+func writeGroupJoin(dir string, jr joinRecord) error {
+	b, err := json.Marshal(jr)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("server: create %s: %w", dir, err)
+	}
+	if err := vfs.WriteFileDurably(vfs.Default, dir, filepath.Join(dir, joinFile), b); err != nil {
+		return fmt.Errorf("server: write %s: %w", filepath.Join(dir, joinFile), err)
+	}
+	return nil
+}
+
 // joinGroup starts this node's replica of group id, which the map names
 // it in (members): the group's configuration, from its members, must name
 // it too; it is recorded in the group's directory before the replica opens
@@ -712,15 +728,8 @@ func (s *Server) joinGroup(ctx context.Context, id cluster.GroupID, members []ui
 				return fmt.Errorf("%w: %s holds a replica already, not one this node joined with; move it away to let the node join group %d", ErrStaleConfig, dir, id)
 			}
 		}
-		b, err := json.Marshal(jr)
-		if err != nil {
+		if err := writeGroupJoin(dir, jr); err != nil {
 			return err
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("server: create %s: %w", dir, err)
-		}
-		if err := vfs.WriteFileDurably(vfs.Default, dir, filepath.Join(dir, joinFile), b); err != nil {
-			return fmt.Errorf("server: write %s: %w", filepath.Join(dir, joinFile), err)
 		}
 	}
 	lg, err := s.openJoinedGroup(s.peerTr, id, jr, false)
@@ -792,21 +801,13 @@ func (s *Server) joinChain(id cluster.GroupID, members, metas []uint64) error {
 			}
 			ms = append(ms, n)
 		}
-		jr = joinRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, Members: FormatMembers(ms), Slots: groupSlots(id, slotsOf(s.multi.Slots(), id)),
-			Engine: kv.EngineChain, ChainMasters: slices.Clone(metas)}
+		jr = chainJoinRecord(s.cfg.ClusterID, s.cfg.ReplicaID, id, ms, slotsOf(s.multi.Slots(), id), metas)
 		if s.cfg.FS == nil {
 			if _, err := os.Stat(filepath.Join(dir, "vr")); err == nil {
 				return fmt.Errorf("%w: %s holds a replica already, not one this node joined with; move it away to let the node join chain group %d", ErrStaleConfig, dir, id)
 			}
-			b, err := json.Marshal(jr)
-			if err != nil {
+			if err := writeGroupJoin(dir, jr); err != nil {
 				return err
-			}
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return fmt.Errorf("server: create %s: %w", dir, err)
-			}
-			if err := vfs.WriteFileDurably(vfs.Default, dir, filepath.Join(dir, joinFile), b); err != nil {
-				return fmt.Errorf("server: write %s: %w", filepath.Join(dir, joinFile), err)
 			}
 		}
 	}
@@ -826,6 +827,15 @@ func (s *Server) joinChain(id cluster.GroupID, members, metas []uint64) error {
 	}
 	s.log.Info("the map wants this node in a chain group: opened an empty member, which the chain's master joins", "group", uint64(id), "members", jr.Members)
 	return nil
+}
+
+// chainJoinRecord is the joinFile of node self's member of chain group id
+// that the map wants it to join: the chain's members and the node (ms), the
+// group's slots, the metadata members where its masters run; engine chain,
+// not Created (never bootstrapped: an empty joiner).
+func chainJoinRecord(clusterID, self uint64, id cluster.GroupID, ms []Member, rs []cluster.SlotRange, metas []uint64) joinRecord {
+	return joinRecord{Cluster: clusterID, Replica: self, Members: FormatMembers(ms), Slots: groupSlots(id, rs),
+		Engine: kv.EngineChain, ChainMasters: slices.Clone(metas)}
 }
 
 // retireChainMember retires this node's member of chain group lg, which
@@ -930,15 +940,8 @@ func (s *Server) createGroup(ctx context.Context, id cluster.GroupID, members []
 			jr.ChainMasters = s.multi.MetaMembers()
 		}
 		if s.cfg.FS == nil {
-			b, err := json.Marshal(jr)
-			if err != nil {
+			if err := writeGroupJoin(dir, jr); err != nil {
 				return err
-			}
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return fmt.Errorf("server: create %s: %w", dir, err)
-			}
-			if err := vfs.WriteFileDurably(vfs.Default, dir, filepath.Join(dir, joinFile), b); err != nil {
-				return fmt.Errorf("server: write %s: %w", filepath.Join(dir, joinFile), err)
 			}
 		}
 	}
@@ -1390,8 +1393,8 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 			}
 			clusterID = gc.Cluster
 		}
-		b, err := json.Marshal(joinRecord{Cluster: clusterID, Replica: cfg.ReplicaID, Members: FormatMembers(ms), Slots: groupSlots(cluster.GroupID(mg.ID), slotsOf(sm, cluster.GroupID(mg.ID))),
-			Engine: kv.EngineChain, ChainMasters: cm.MetaMembers()})
+		id := cluster.GroupID(mg.ID)
+		b, err := json.Marshal(chainJoinRecord(clusterID, cfg.ReplicaID, id, ms, slotsOf(sm, id), cm.MetaMembers()))
 		if err != nil {
 			return cfg, err
 		}
