@@ -1249,7 +1249,7 @@ func (x *Master) flush() {
 		x.send(rd.Msgs[i])
 	}
 	for _, id := range rd.Fenced {
-		x.cfg.Logger.Warn("chain master: fenced (out of the chain until it restarts)", "node", uint64(id))
+		x.cfg.Logger.Warn("chain master: fenced (out of the chain; it rejoins as a new joiner)", "node", uint64(id))
 	}
 	if x.m.Down() && !x.lost {
 		x.lost = true
