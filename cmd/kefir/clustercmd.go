@@ -898,6 +898,17 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 	}
 	var out []done
 	for _, step := range plan {
+		if step.Chain {
+			members, mapEpoch, err := chainChange(ctx, cmd, mv, step, stderr)
+			if err != nil {
+				return err
+			}
+			out = append(out, done{Group: uint64(step.Group), Members: members, MapEpoch: mapEpoch})
+			if !asJSON {
+				fmt.Fprintf(stdout, "chain group %d is %v (head first); map epoch %d\n", step.Group, members, mapEpoch)
+			}
+			continue
+		}
 		// The group's own members answer for it (the old node may be down;
 		// a new one knows nothing yet).
 		var seeds []string
@@ -957,6 +968,58 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 		return err
 	}
 	return nil
+}
+
+// chainChange is a chain group's step of replace-node and remove-node
+// (docs/design/chain.md, "A chain in a cluster of groups"): the change is
+// recorded in the map as a wish (KEFIR.SLOTS META CHAINWANT, compare-and-set
+// by the map's epoch, read again just before: adding the new node moved it),
+// which the chain's master carries out — the new node, started with
+// --join, opens an empty member and is joined before the tail; the old one
+// is then failed and retires — and the command waits until the map's member
+// list, which follows the chain's record, has step.Join and not step.Leave
+// (a rerun finds it so at once). It returns the chain's members and the
+// map's epoch then.
+func chainChange(ctx context.Context, cmd string, mv *cluster.Mover, step cluster.GroupChange, stderr io.Writer) ([]uint64, uint64, error) {
+	var cm *kv.ClusterMap
+	for attempt := 0; ; attempt++ {
+		var err error
+		if cm, err = mv.MetaMap(ctx); err != nil {
+			return nil, 0, fmt.Errorf("%s: chain group %d: %w (rerun the command to finish)", cmd, step.Group, err)
+		}
+		if cluster.ChainChangeDone(cm, step) {
+			break
+		}
+		_, err = mv.ChainWant(ctx, step, cm.Epoch)
+		if err == nil {
+			fmt.Fprintf(stderr, "kefir cluster: chain group %d: %v -> %v (joining %v, leaving %v: the chain's master carries it out)\n",
+				step.Group, groupMembersOf(cm, step.Group), step.Members, step.Join, step.Leave)
+			break
+		}
+		if !strings.Contains(err.Error(), "plan it again") || attempt >= 5 {
+			return nil, 0, fmt.Errorf("%s: %w (rerun the command to finish)", cmd, err)
+		}
+	}
+	last := groupMembersOf(cm, step.Group)
+	for !cluster.ChainChangeDone(cm, step) {
+		select {
+		case <-ctx.Done():
+			g, _ := cm.Group(uint64(step.Group))
+			return nil, 0, fmt.Errorf("%s: chain group %d is %v (joining %v), not yet %v: %w; is every new node running (kefir server --join)? rerun the command to wait again",
+				cmd, step.Group, g.Members, g.Joining, step.Members, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+		n, err := mv.MetaMap(ctx)
+		if err != nil {
+			continue // a metadata leader change: asked again
+		}
+		cm = n
+		if ms := groupMembersOf(cm, step.Group); !slices.Equal(ms, last) {
+			fmt.Fprintf(stderr, "kefir cluster: chain group %d is %v\n", step.Group, ms)
+			last = ms
+		}
+	}
+	return groupMembersOf(cm, step.Group), cm.Epoch, nil
 }
 
 func groupMembersOf(cm *kv.ClusterMap, g cluster.GroupID) []uint64 {

@@ -222,6 +222,17 @@ func (m *Master) SetSeqBits(bits uint) {
 	}
 }
 
+// SetLength sets how many members the master keeps the chain at (NewMaster's
+// r): a join that makes the chain longer truncates its tail once flushed.
+// The host changes it when the chain is meant to change length — an
+// operator adding a member before removing another (the chain is one longer
+// until the leaving member goes), or removing one (one shorter) — and only
+// while no join is under way, whose truncation is decided when it flushes.
+func (m *Master) SetLength(r int) { m.r = max(r, 1) }
+
+// Length is how many members the master keeps the chain at.
+func (m *Master) Length() int { return m.r }
+
 // SetNodes names every node that may ever have been a member of the chain
 // (on the host: the group's configured members, which every member ever is
 // while new nodes are not joined by an operator). A restart of the whole

@@ -174,6 +174,9 @@ type mutations struct {
 	// joinerFailAfter: a pre-copying joiner is failed after FailAfter of
 	// silence, not StartGrace (the code before).
 	joinerFailAfter bool
+	// joinLeaving: a node the map wants out of the chain (Leaving) is
+	// joined again when it asks, as any node that is not a replica.
+	joinLeaving bool
 }
 
 // Meta is the metadata group as a hosted master uses it, at one node.
@@ -186,6 +189,18 @@ type Meta interface {
 	// node's replica and returns once it is committed and applied; a
 	// refused op is an error.
 	Commit(ctx context.Context, op kv.Op) (kv.Result, error)
+}
+
+// MetaWants is implemented by a Meta whose metadata group is a cluster's,
+// which keeps on each chain group's map entry the change an operator wants
+// (kv.MapGroup's Joining and Leaving: KindMapChainWant). The master reads
+// it at each leadership read, from the same replica: nodes joining are
+// joined as any node that asks (the chain is kept one longer per joiner
+// meanwhile, so a join truncates no one); a leaving member is failed once
+// every joiner is linked in, after its last lease ran out; and a leaving
+// node is never joined again.
+type MetaWants interface {
+	Wants(group uint64) (joining, leaving []uint64, err error)
 }
 
 // Master is a running master.
@@ -215,6 +230,25 @@ type Master struct {
 	wrongMode map[uint64]time.Time
 	// lastTick is when the master last ticked while acting (stallGrace).
 	lastTick time.Time
+	// The map's wanted change (MetaWants), as of the last leadership
+	// read; wanting: one was under way at the last tick (its end sets
+	// the chain's length to what it became); length: the chain's length
+	// when nothing is wanted (the configured members', then what the
+	// last wanted change left); granted: when each member was last
+	// granted a lease; draining: leaving members no longer granted one,
+	// since when.
+	joining, leaving []uint64
+	wanting          bool
+	length           int
+	granted          map[uint64]time.Time
+	draining         map[uint64]time.Time
+	// target is the length the wanted changes lead to (countWant): length,
+	// one more per node wanted in, one less per node wanted out, counted
+	// once each (seenJoin, seenLeave; counted: the first count since this
+	// master started acting is done).
+	target              int
+	seenJoin, seenLeave map[uint64]bool
+	counted             bool
 
 	// learnUntil: until when the master only learns the chain from the
 	// heartbeats (zero once it has), with what it learnt.
@@ -348,7 +382,9 @@ func newMaster(cfg Config, now func() time.Time) (*Master, error) {
 	x := &Master{cfg: cfg, now: now, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		heard: map[uint64]time.Time{}, refused: map[uint64]bool{}, wrongMode: map[uint64]time.Time{},
 		learnUntil: now().Add(cfg.FailAfter), learner: NewLearner(ids),
-		progress: map[uint64]progress{}, committed: &kv.ChainConfig{Group: cfg.Group, Members: slices.Clone(cfg.Members)}}
+		progress: map[uint64]progress{}, committed: &kv.ChainConfig{Group: cfg.Group, Members: slices.Clone(cfg.Members)},
+		length: len(cfg.Members), granted: map[uint64]time.Time{}, draining: map[uint64]time.Time{},
+		seenJoin: map[uint64]bool{}, seenLeave: map[uint64]bool{}}
 	x.m = x.newCore(ids, 0)
 	if cfg.Meta != nil {
 		// The record is the configuration: nothing to learn, and nothing
@@ -553,6 +589,17 @@ func (x *Master) step(msgs []chain.Msg) {
 			x.grant(msg, now)
 			continue
 		}
+		if slices.Contains(x.leaving, from) && !(mutation.On && x.cfg.mut.joinLeaving) {
+			// The map wants it out (kefir cluster replace-node,
+			// remove-node): it was failed on purpose, and its member,
+			// told so, asks to join like a restarted one. Never again:
+			// its node retires the member once the record leaves it out.
+			if !x.refused[from] {
+				x.refused[from] = true
+				x.cfg.Logger.Info("chain master: join refused: the cluster map removes the node from the chain", "node", from)
+			}
+			continue
+		}
 		// What it holds: a node left out of a whole-chain restart
 		// (RestartWithout) is joined only if it holds no more than the
 		// chain restarted from.
@@ -693,6 +740,15 @@ func (x *Master) grant(hb chain.Msg, now time.Time) {
 	if x.cfg.Meta != nil && now.Sub(x.led) >= 2*x.cfg.Heartbeat {
 		return
 	}
+	if _, ok := x.draining[uint64(hb.From)]; ok {
+		// Leaving: no new lease, so the one it holds runs out before it
+		// is failed (followWant) — a member failed under a lease would
+		// serve reads the chain's writes no longer reach.
+		return
+	}
+	if slices.Contains(x.committed.Members, uint64(hb.From)) {
+		x.granted[uint64(hb.From)] = now
+	}
 	ms := make([]chain.NodeID, len(x.committed.Members))
 	for i, id := range x.committed.Members {
 		ms[i] = chain.NodeID(id)
@@ -736,6 +792,14 @@ func (x *Master) lead() (bool, time.Time) {
 		return false, now
 	}
 	x.led = now
+	if w, ok := x.cfg.Meta.(MetaWants); ok {
+		j, l, err := w.Wants(x.cfg.Group)
+		if err != nil {
+			x.cfg.Logger.Warn("chain master: read the cluster map's wanted change of the chain", "err", err)
+		} else {
+			x.joining, x.leaving = j, l
+		}
+	}
 	if x.m != nil {
 		if !cc.Equal(x.committed) {
 			// Someone else changed the record: this master's state is not
@@ -866,15 +930,8 @@ func (x *Master) lead() (bool, time.Time) {
 // at the configured chain's length, which re-sends an unanswered order every
 // ResendAfter: Tick runs on the master's tick, every Heartbeat.
 func (x *Master) newCore(members []chain.NodeID, epoch uint64) *chain.Master {
-	m := chain.NewMasterAt(chain.NodeID(x.cfg.As), members, len(x.cfg.Members), epoch)
-	// A whole-chain restart waits for every configured member: one that
-	// failed before this master took over may hold the last acknowledged
-	// writes (chain.Master.SetNodes).
-	nodes := make([]chain.NodeID, len(x.cfg.Members))
-	for i, id := range x.cfg.Members {
-		nodes[i] = chain.NodeID(id)
-	}
-	m.SetNodes(nodes)
+	m := chain.NewMasterAt(chain.NodeID(x.cfg.As), members, x.length, epoch)
+	m.SetNodes(x.restartNodes(members))
 	// Tick re-sends after n whole ticks, at least n intervals: an order
 	// made in a tick, before its Tick, waits exactly n.
 	m.SetResend(int((x.cfg.ResendAfter + x.cfg.Heartbeat - 1) / x.cfg.Heartbeat))
@@ -887,6 +944,9 @@ func (x *Master) passive() {
 	x.m, x.committed, x.led, x.actAt, x.reports = nil, nil, time.Time{}, time.Time{}, nil
 	clear(x.heard)
 	clear(x.progress)
+	clear(x.granted)
+	clear(x.draining)
+	x.wanting, x.counted = false, false
 }
 
 // commit records the master's configuration, if it changed, in the metadata
@@ -998,11 +1058,152 @@ func (x *Master) tick(now time.Time) {
 			delete(x.progress, uint64(j))
 		}
 	}
+	x.followWant(now)
 	// Re-send what is unanswered: an order waits ResendAfter, and one this
 	// tick's decisions (or a takeover's, in lead) made counts its wait from
 	// this tick.
 	x.m.Tick()
 	x.flush()
+}
+
+// countWant keeps target, the length the wanted changes lead to: a node
+// newly wanted in adds one (and one whose wish was dropped before it joined
+// takes it back), a node newly wanted out takes one.
+func (x *Master) countWant(members []uint64) {
+	if !x.counted {
+		x.counted, x.target = true, x.length
+		clear(x.seenJoin)
+		clear(x.seenLeave)
+		for _, id := range x.leaving {
+			// Out of the chain already: length (the configured members', or
+			// what a change left) may or may not count it; not counting it
+			// out over-estimates, which truncates no one.
+			x.seenLeave[id] = !slices.Contains(members, id)
+		}
+	}
+	for _, id := range x.joining {
+		if !x.seenJoin[id] && !slices.Contains(members, id) {
+			x.seenJoin[id] = true
+			x.target++
+		}
+	}
+	for id := range x.seenJoin {
+		switch {
+		case slices.Contains(members, id):
+			delete(x.seenJoin, id) // joined: counted for good
+		case !slices.Contains(x.joining, id):
+			delete(x.seenJoin, id) // no longer wanted
+			x.target--
+		}
+	}
+	for _, id := range x.leaving {
+		if !x.seenLeave[id] {
+			x.seenLeave[id] = true
+			x.target--
+		}
+	}
+}
+
+// chainIDs is ids as uint64s.
+func chainIDs(ids []chain.NodeID) []uint64 {
+	out := make([]uint64, len(ids))
+	for i, id := range ids {
+		out[i] = uint64(id)
+	}
+	return out
+}
+
+// followWant carries out the cluster map's wanted change of the chain
+// (MetaWants), a step per tick, as decisions of this master (each
+// committed before it is announced, by the tick's flush):
+//
+//   - While a wanted node is not a member yet, the chain is kept one longer
+//     per such node (chain.Master.SetLength), so that its join — it asks
+//     as any node that is not a replica, and is joined before the tail —
+//     truncates no one when it flushes.
+//   - Once every wanted node is a member and nothing is under way, a
+//     leaving member goes, one at a time: first it is granted no more
+//     leases; once the last one it was granted has run out (Lease, and a
+//     heartbeat of margin, after it was granted) it is failed, which
+//     repairs the chain around it at a new epoch, and the chain's length
+//     drops by one. Why not at once: a member failed while its lease runs
+//     serves linearizable reads from a history the chain's writes no
+//     longer reach. Why after the joins: a replace never leaves the chain
+//     below its length.
+//
+// When the change is done the chain's length is what it became, which
+// later failures and rejoins keep.
+func (x *Master) followWant(now time.Time) {
+	if x.m.Down() {
+		return
+	}
+	members := chainIDs(x.m.Members())
+	x.countWant(members)
+	var join, leave []uint64
+	for _, id := range x.joining {
+		if !slices.Contains(members, id) {
+			join = append(join, id)
+		}
+	}
+	for _, id := range x.leaving {
+		if slices.Contains(members, id) {
+			leave = append(leave, id)
+		}
+	}
+	if len(join) == 0 && len(leave) == 0 {
+		if x.wanting {
+			// Not the members' count: a member down at this moment (to be
+			// repaired and joined again) is still one of the chain's.
+			x.wanting = false
+			x.length = max(x.target, 1)
+			x.m.SetLength(x.length)
+			clear(x.draining)
+			x.cfg.Logger.Info("chain master: the wanted change of the chain is done", "members", members)
+		}
+		return
+	}
+	x.wanting = true
+	if x.m.Busy() {
+		return // a join (its length was set before it started), a repair, a truncation
+	}
+	if len(join) > 0 {
+		x.m.SetLength(len(members) + len(join))
+		return
+	}
+	if len(members) == 1 {
+		return // never the last member (the map refuses such a wish; failures may still leave one)
+	}
+	l := leave[0]
+	if _, ok := x.draining[l]; !ok {
+		x.draining[l] = now
+		x.cfg.Logger.Info("chain master: the cluster map removes a member: no more leases for it, then it is failed", "node", l, "members", members)
+	}
+	if g, ok := x.granted[l]; ok && now.Before(g.Add(x.cfg.Lease+x.cfg.Heartbeat)) {
+		return
+	}
+	x.m.SetLength(len(members) - 1)
+	x.cfg.Logger.Warn("chain master: member removed as the cluster map wants (failed on purpose)", "node", l)
+	x.m.Fail(chain.NodeID(l))
+	delete(x.heard, l)
+	delete(x.progress, l)
+	delete(x.draining, l)
+	x.m.SetNodes(x.restartNodes(x.m.Members())) // a whole-chain restart no longer waits for it
+}
+
+// restartNodes are the nodes a whole-chain restart waits for
+// (chain.Master.SetNodes), for a chain of members: every configured member
+// — one that failed before this master took over may hold the last
+// acknowledged writes — and every member (a node a wanted change joined is
+// one), but no node the map removes: it left a whole chain behind
+// (followWant).
+func (x *Master) restartNodes(members []chain.NodeID) []chain.NodeID {
+	var nodes []chain.NodeID
+	for _, id := range slices.Concat(x.cfg.Members, chainIDs(members)) {
+		if !slices.Contains(nodes, chain.NodeID(id)) && !slices.Contains(x.leaving, id) {
+			nodes = append(nodes, chain.NodeID(id))
+		}
+	}
+	return nodes
 }
 
 // stallGrace keeps a stall of the master's own process out of its members'
@@ -1048,7 +1249,7 @@ func (x *Master) flush() {
 		x.send(rd.Msgs[i])
 	}
 	for _, id := range rd.Fenced {
-		x.cfg.Logger.Warn("chain master: fenced (out of the chain until it restarts)", "node", uint64(id))
+		x.cfg.Logger.Warn("chain master: fenced (out of the chain; it rejoins as a new joiner)", "node", uint64(id))
 	}
 	if x.m.Down() && !x.lost {
 		x.lost = true

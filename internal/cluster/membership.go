@@ -256,6 +256,31 @@ func (mv *Mover) SetMembers(ctx context.Context, g GroupID, epoch uint64, member
 	return uint64(v.Int), nil
 }
 
+// ChainWant records in the metadata group's map that chain group ch.Group
+// is to join ch.Join and leave ch.Leave (KEFIR.SLOTS META CHAINWANT,
+// kv.KindMapChainWant), planned against the map at epoch, and returns the
+// map's epoch after it. The chain's master carries it out.
+func (mv *Mover) ChainWant(ctx context.Context, ch GroupChange, epoch uint64) (uint64, error) {
+	args := []string{"KEFIR.SLOTS", "META", "CHAINWANT", strconv.FormatUint(uint64(ch.Group), 10), strconv.FormatUint(epoch, 10)}
+	if len(ch.Join) > 0 {
+		args = append(args, "JOIN")
+		for _, id := range ch.Join {
+			args = append(args, strconv.FormatUint(id, 10))
+		}
+	}
+	if len(ch.Leave) > 0 {
+		args = append(args, "LEAVE")
+		for _, id := range ch.Leave {
+			args = append(args, strconv.FormatUint(id, 10))
+		}
+	}
+	v, err := mv.do(ctx, args...)
+	if err != nil {
+		return 0, fmt.Errorf("record chain group %d's change in the map: %w", ch.Group, err)
+	}
+	return uint64(v.Int), nil
+}
+
 // Reconfigure asks the group's leader (following redirects) to move to
 // members (ID, or ID@PEER/CLIENT for one the group does not know yet),
 // and returns the new configuration.
@@ -446,6 +471,13 @@ func (mv *Mover) WaitNamed(ctx context.Context, self uint64, every time.Duration
 type GroupChange struct {
 	Group   GroupID
 	Members []uint64
+	// Chain: the group is a chain, changed by one wish recorded in the map
+	// (Mover.ChainWant, kv.KindMapChainWant) that its master carries out —
+	// no reconfiguration, no SETMEMBERS: Join joins the chain, Leave
+	// leaves it, and Members is the chain the change leads to (the
+	// command waits until the map's list has Join and not Leave).
+	Chain       bool
+	Join, Leave []uint64
 }
 
 // PlanNodeChange returns, for a cluster of several groups whose map is cm,
@@ -480,11 +512,17 @@ func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member) ([]GroupChange, er
 	}
 	var out []GroupChange
 	for _, g := range mapGroups(cm) {
-		if !slices.Contains(g.Members, old) {
+		if g.IsChain() {
+			// Planned while the map's chain still has old, or still waits
+			// for nw to join (a rerun while the master carries it out: a
+			// failed old is out of the record already).
+			if ch, ok := planChain(g, []uint64{nw.ID}, []uint64{old}); ok {
+				out = append(out, ch)
+			}
 			continue
 		}
-		if g.IsChain() {
-			return nil, errChainMembers(g, old)
+		if !slices.Contains(g.Members, old) {
+			continue
 		}
 		if slices.Contains(g.Members, nw.ID) {
 			return nil, fmt.Errorf("node %d is already a member of group %d (members %v) with node %d: it cannot take node %d's place there", nw.ID, g.ID, g.Members, old, old)
@@ -496,7 +534,9 @@ func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member) ([]GroupChange, er
 	if len(out) == 0 && !slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return slices.Contains(g.Members, nw.ID) }) {
 		return nil, fmt.Errorf("node %d is a member of no group (map epoch %d): nothing to replace", old, cm.Epoch)
 	}
-	if !slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return slices.Contains(g.Members, old) || slices.Contains(g.Members, nw.ID) }) {
+	if !slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool {
+		return slices.Contains(g.Members, old) || slices.Contains(g.Members, nw.ID) || slices.Contains(g.Joining, nw.ID)
+	}) {
 		// A node starts only as a member of a data group (it must serve
 		// some slots' requests); the metadata group alone is not one.
 		return nil, fmt.Errorf("node %d is a member of no data group (map epoch %d): only of the metadata group, which a node does not host alone", old, cm.Epoch)
@@ -574,11 +614,46 @@ func PlanAddMembers(cm *kv.ClusterMap, g GroupID, news []Member) (GroupChange, [
 	return GroupChange{Group: g, Members: ms}, unknown, nil
 }
 
-// errChainMembers refuses a node change in chain group g: a chain's
-// members are its master's (it repairs around a failed member and joins a
-// restarted one), and no command offers a new node to a chain yet.
-func errChainMembers(g kv.MapGroup, node uint64) error {
-	return fmt.Errorf("node %d is a member of group %d, a chain (members %v): a chain's membership is its master's, and replacing or removing a chain's member is not built (docs/design/chain.md, \"A chain in a cluster of groups\")", node, g.ID, g.Members)
+// planChain plans the change of chain group g that removes leave and, in
+// their place, joins join (nodes of the map); ok false when g has nothing
+// to do with it: none of leave a member and none of join wanted or
+// joining. A change the chain made already in part (a rerun) plans what is
+// left: a joiner already a member is not asked again, and a leaving node
+// already out of the chain is still named, so that the map keeps it out
+// (the wish is then the map's as it is, a no-op).
+func planChain(g kv.MapGroup, join, leave []uint64) (GroupChange, bool) {
+	in := func(id uint64) bool { return slices.Contains(g.Members, id) }
+	if !slices.ContainsFunc(leave, in) && !slices.ContainsFunc(join, func(id uint64) bool { return slices.Contains(g.Joining, id) }) {
+		return GroupChange{}, false
+	}
+	ch := GroupChange{Group: GroupID(g.ID), Chain: true}
+	if slices.ContainsFunc(leave, in) {
+		// Joining only in place of a member: a node leaving a chain it is
+		// no longer in asks no other to join.
+		ch.Join = slices.DeleteFunc(slices.Clone(join), in)
+	} else {
+		ch.Join = slices.DeleteFunc(slices.Clone(join), func(id uint64) bool { return !slices.Contains(g.Joining, id) })
+	}
+	ch.Leave = slices.Clone(leave)
+	// The master joins a node before the tail (the digest's rule), then
+	// fails the leaving ones.
+	ch.Members = slices.Clone(g.Members)
+	for _, id := range ch.Join {
+		ch.Members = slices.Insert(ch.Members, max(len(ch.Members)-1, 0), id)
+	}
+	ch.Members = slices.DeleteFunc(ch.Members, func(id uint64) bool { return slices.Contains(leave, id) })
+	return ch, true
+}
+
+// ChainChangeDone reports whether map cm's chain group ch.Group has carried
+// out ch: every node of ch.Join a member and none of ch.Leave.
+func ChainChangeDone(cm *kv.ClusterMap, ch GroupChange) bool {
+	g, ok := cm.Group(uint64(ch.Group))
+	if !ok {
+		return false
+	}
+	return !slices.ContainsFunc(ch.Join, func(id uint64) bool { return !slices.Contains(g.Members, id) }) &&
+		!slices.ContainsFunc(ch.Leave, func(id uint64) bool { return slices.Contains(g.Members, id) })
 }
 
 // mapGroups is cm's data groups, then the metadata group (its members as
@@ -607,7 +682,14 @@ func PlanRemoveNodes(cm *kv.ClusterMap, ids []uint64) ([]GroupChange, error) {
 			continue
 		}
 		if g.IsChain() {
-			return nil, errChainMembers(g, ids[0])
+			// Any length of at least one runs: the chain is one shorter.
+			if len(ms) == 0 {
+				return nil, fmt.Errorf("removing %v would leave chain group %d (members %v) no member", ids, g.ID, g.Members)
+			}
+			if ch, ok := planChain(g, nil, ids); ok {
+				out = append(out, ch)
+			}
+			continue
 		}
 		if len(ms) == 0 || len(ms)%2 == 0 {
 			return nil, fmt.Errorf("removing %v would leave group %d with %d members (%v); a VR group needs an odd number (2f+1), at least 1: replace the node instead (kefir cluster replace-node --old N --new ID@PEER-ADDR/CLIENT-ADDR)", ids, g.ID, len(ms), ms)

@@ -249,12 +249,14 @@ func TestMultiAddsAndRemovesGroups(t *testing.T) {
 	}
 }
 
-// A node of a chain group is neither replaced nor removed: the chain's
-// membership is its master's, and the map never records another list for
-// it (kv's KindMapSetMembers refuses one too). A metadata member is, chain
-// group or not: the chain's members follow the map to its masters
-// (ChainMastersFollower).
-func TestPlanNodeChangeRefusesChainGroups(t *testing.T) {
+// TestPlanNodeChangeOfChainGroups: replace-node and remove-node plan a
+// chain group as one wish for its master (Chain: Join, Leave; no
+// reconfiguration), a rerun plans what is left (nothing once the map's
+// chain has the new node and not the old), removing a chain's last member
+// is refused, and ChainChangeDone tells when the map's chain has carried a
+// change out. A metadata member not in the chain is planned as in a
+// cluster without one.
+func TestPlanNodeChangeOfChainGroups(t *testing.T) {
 	cm := &kv.ClusterMap{Epoch: 3,
 		Nodes: []kv.MapNode{{ID: 1, ClientAddr: "c1", PeerAddr: "p1"}, {ID: 2, ClientAddr: "c2", PeerAddr: "p2"}, {ID: 3, ClientAddr: "c3", PeerAddr: "p3"},
 			{ID: 4, ClientAddr: "c4", PeerAddr: "p4"}},
@@ -262,12 +264,43 @@ func TestPlanNodeChangeRefusesChainGroups(t *testing.T) {
 			{ID: 1, Members: []uint64{1, 2, 3}, Slots: []kv.SlotRange{{Start: 0, End: 16383}}},
 			{ID: 2, Members: []uint64{3, 4}, Engine: kv.EngineChain},
 		}}
-	if _, err := PlanNodeChange(cm, 4, Member{ID: 5, ClientAddr: "c5", PeerAddr: "p5"}); err == nil || !strings.Contains(err.Error(), "group 2, a chain") {
-		t.Fatalf("replace a chain's member: %v", err)
+	n5 := Member{ID: 5, ClientAddr: "c5", PeerAddr: "p5"}
+	chainStep := func(plan []GroupChange, join, leave, members []uint64) bool {
+		return len(plan) == 1 && plan[0].Group == 2 && plan[0].Chain && slices.Equal(plan[0].Join, join) &&
+			slices.Equal(plan[0].Leave, leave) && slices.Equal(plan[0].Members, members)
 	}
-	if _, err := PlanRemoveNodes(cm, []uint64{4}); err == nil || !strings.Contains(err.Error(), "group 2, a chain") {
-		t.Fatalf("remove a chain's member: %v", err)
+	if plan, err := PlanNodeChange(cm, 4, n5); err != nil || !chainStep(plan, []uint64{5}, []uint64{4}, []uint64{3, 5}) {
+		t.Fatalf("replace a chain's member: %+v %v", plan, err)
 	}
+	if plan, err := PlanRemoveNodes(cm, []uint64{4}); err != nil || !chainStep(plan, nil, []uint64{4}, []uint64{3}) {
+		t.Fatalf("remove a chain's member: %+v %v", plan, err)
+	}
+	g := &cm.Groups[1]
+	g.Members = []uint64{4}
+	if _, err := PlanRemoveNodes(cm, []uint64{4}); err == nil || !strings.Contains(err.Error(), "no member") {
+		t.Fatalf("remove a chain's last member: %v", err)
+	}
+	cm.Nodes = append(cm.Nodes, kv.MapNode{ID: 5, ClientAddr: "c5", PeerAddr: "p5"})
+	// Reruns: 5 joined, 4 not gone yet; 4 failed, 5 still joining; done.
+	g.Members, g.Joining, g.Leaving = []uint64{3, 5, 4}, nil, []uint64{4}
+	if plan, err := PlanNodeChange(cm, 4, n5); err != nil || !chainStep(plan, []uint64{}, []uint64{4}, []uint64{3, 5}) || ChainChangeDone(cm, plan[0]) {
+		t.Fatalf("a rerun once 5 joined: %+v %v", plan, err)
+	}
+	if st := (ClusterStatus{Map: cm}).String(); !strings.Contains(st, "2  members [3 5 4] (a chain, head first) (changing: joining [], leaving [4])  leader") {
+		t.Fatalf("kefir cluster status during the change:\n%s", st)
+	}
+	g.Members, g.Joining = []uint64{3}, []uint64{5}
+	if plan, err := PlanNodeChange(cm, 4, n5); err != nil || !chainStep(plan, []uint64{5}, []uint64{4}, []uint64{5, 3}) || ChainChangeDone(cm, plan[0]) {
+		t.Fatalf("a rerun while 5 joins, 4 failed: %+v %v", plan, err)
+	}
+	g.Members, g.Joining = []uint64{3, 5}, nil
+	if plan, err := PlanNodeChange(cm, 4, n5); err != nil || len(plan) != 0 {
+		t.Fatalf("a rerun once done: %+v %v", plan, err)
+	}
+	if !ChainChangeDone(cm, GroupChange{Group: 2, Chain: true, Join: []uint64{5}, Leave: []uint64{4}}) {
+		t.Fatal("the change done, but ChainChangeDone says not")
+	}
+	g.Members, g.Leaving = []uint64{3, 4}, nil
 	// A metadata member not in the chain is replaced and removed as in a
 	// cluster without one: group 1 and the metadata group.
 	if plan, err := PlanRemoveNodes(cm, []uint64{1, 2}); err != nil || len(plan) != 2 || !slices.Equal(plan[0].Members, []uint64{3}) || plan[1].Group != MetaGroupID {

@@ -30,6 +30,10 @@ import (
 //	                                                order) and no slots (kv.KindMapAddGroup): the map's epoch
 //	KEFIR.SLOTS META REMOVEGROUP group epoch        a data group of no slots leaves the map, compare-and-set by
 //	                                                the map's epoch (kv.KindMapRemoveGroup): the map's epoch
+//	KEFIR.SLOTS META CHAINWANT group epoch [JOIN id...] [LEAVE id...]
+//	                                                a chain group's nodes to add and to remove, which its master
+//	                                                carries out; compare-and-set by the map's epoch
+//	                                                (kv.KindMapChainWant): the map's epoch
 //
 // A write's answer is its result's Int (the beat, or the map's epoch).
 
@@ -58,12 +62,12 @@ func MetaCommand(args [][]byte) (MetaCmd, error) {
 		return c, slotsErrf("ERR wrong number of arguments for 'kefir.slots|meta' command")
 	}
 	sub := strings.ToUpper(string(args[2]))
-	want := map[string]int{"MAP": 3, "PLAN": 8, "CLAIM": 6, "DONE": 4, "ABORT": 4, "ADDNODE": 6, "SETMEMBERS": 6, "ADDGROUP": 5, "REMOVEGROUP": 5}
+	want := map[string]int{"MAP": 3, "PLAN": 8, "CLAIM": 6, "DONE": 4, "ABORT": 4, "ADDNODE": 6, "SETMEMBERS": 6, "ADDGROUP": 5, "REMOVEGROUP": 5, "CHAINWANT": 5}
 	n, ok := want[sub]
 	if !ok {
-		return c, slotsErrf("ERR unknown subcommand '%s' of KEFIR.SLOTS META (MAP, PLAN, CLAIM, DONE, ABORT, ADDNODE, SETMEMBERS, ADDGROUP, REMOVEGROUP)", strings.ToLower(sub))
+		return c, slotsErrf("ERR unknown subcommand '%s' of KEFIR.SLOTS META (MAP, PLAN, CLAIM, DONE, ABORT, ADDNODE, SETMEMBERS, ADDGROUP, REMOVEGROUP, CHAINWANT)", strings.ToLower(sub))
 	}
-	if len(args) != n && !(sub == "MAP" && len(args) <= 7) && !((sub == "SETMEMBERS" || sub == "ADDGROUP") && len(args) > n) {
+	if len(args) != n && !(sub == "MAP" && len(args) <= 7) && !((sub == "SETMEMBERS" || sub == "ADDGROUP" || sub == "CHAINWANT") && len(args) > n) {
 		return c, slotsErrf("ERR wrong number of arguments for 'kefir.slots|meta|%s' command", strings.ToLower(sub))
 	}
 	u := func(i int) (uint64, error) {
@@ -190,6 +194,33 @@ func MetaCommand(args [][]byte) (MetaCmd, error) {
 			return c, err
 		}
 		c.Op = kv.Op{Kind: kv.KindMapRemoveGroup, Key: kv.AppendMapMembers(nil, kv.MapMembers{Group: g, Epoch: epoch})}
+	case "CHAINWANT":
+		g, err := u(3)
+		if err != nil {
+			return c, err
+		}
+		epoch, err := u(4)
+		if err != nil {
+			return c, err
+		}
+		w := kv.MapChainWant{Group: g, Epoch: epoch}
+		var to *[]uint64
+		for i := 5; i < len(args); i++ {
+			switch strings.ToUpper(string(args[i])) {
+			case "JOIN":
+				to = &w.Join
+				continue
+			case "LEAVE":
+				to = &w.Leave
+				continue
+			}
+			id, err := u(i)
+			if err != nil || to == nil {
+				return c, slotsErrf("ERR syntax error: KEFIR.SLOTS META CHAINWANT group epoch [JOIN id...] [LEAVE id...]")
+			}
+			*to = append(*to, id)
+		}
+		c.Op = kv.Op{Kind: kv.KindMapChainWant, Key: kv.AppendMapChainWant(nil, w)}
 	}
 	return c, nil
 }

@@ -354,6 +354,12 @@ func (st ClusterStatus) String() string {
 		engine := ""
 		if g.IsChain() {
 			engine = " (a chain, head first)"
+			// A change under way (KindMapChainWant): the master joins these
+			// and then takes those out.
+			leaving := slices.DeleteFunc(slices.Clone(g.Leaving), func(id uint64) bool { return !slices.Contains(g.Members, id) })
+			if len(g.Joining) > 0 || len(leaving) > 0 {
+				engine += fmt.Sprintf(" (changing: joining %v, leaving %v)", g.Joining, leaving)
+			}
 		}
 		fmt.Fprintf(&b, "  %d  members %v%s  leader %s  slots %s (%d)\n", g.ID, g.Members, engine, leader, slots, n)
 	}

@@ -40,6 +40,24 @@ import (
 // cluster of several groups follow the record (followChain).
 //
 // Kind 171 (the rest of this block, 169-171) is unused.
+//
+// A chain group of a cluster changes members by a wish recorded in the map,
+// which the chain's master carries out (docs/design/chain.md, "A chain in a
+// cluster of groups"): the map asks, the master decides.
+//
+//	KindMapChainWant  Key: a group, the map epoch the caller read, the
+//	                  nodes to add and the nodes to remove
+//	                  (AppendMapChainWant). Compare-and-set by the map's
+//	                  epoch. The group's Joining becomes the nodes to add
+//	                  that are not members yet; its Leaving gains the nodes
+//	                  to remove (and loses the nodes to add: an operator
+//	                  taking a node back). The same wish again is a no-op
+//	                  whatever the epoch (a rerun). Refused for a group
+//	                  that is not a chain of the map, a node that is not a
+//	                  node of the map, named twice or both added and
+//	                  removed, and a wish that would leave the chain no
+//	                  member. The map's epoch moves as with
+//	                  KindMapAddNode. Int: the map's epoch.
 
 // ChainConfig is a chain's configuration: its members, head first, the
 // master's epoch, and the node being joined (0: none).
@@ -170,7 +188,16 @@ func followChain(get Getter, n *ChainConfig, emit Emit) error {
 		return err
 	}
 	g, ok := m.Group(n.Group)
-	if !ok || !g.IsChain() || slices.Equal(g.Members, n.Members) {
+	if !ok || !g.IsChain() {
+		return nil
+	}
+	// A node the chain now has as a member, its join done, joined: it is
+	// no longer wanted (KindMapChainWant). Not while it is the record's
+	// joiner: a FLUSH puts it in the list, and a failure during the flush
+	// aborts the join, after which the master must still join it. A
+	// leaving one stays in Leaving (the master never joins it again).
+	joining := slices.DeleteFunc(slices.Clone(g.Joining), func(id uint64) bool { return slices.Contains(n.Members, id) && id != n.Joiner })
+	if slices.Equal(g.Members, n.Members) && len(joining) == len(g.Joining) {
 		return nil
 	}
 	for _, id := range n.Members {
@@ -181,9 +208,111 @@ func followChain(get Getter, n *ChainConfig, emit Emit) error {
 	c := m.clone()
 	cg, _ := c.Group(n.Group)
 	cg.Members = slices.Clone(n.Members)
+	cg.Joining = slices.Clip(joining)
+	if len(cg.Joining) == 0 {
+		cg.Joining = nil
+	}
 	if len(c.Moves) == 0 {
 		c.Epoch++
 	}
 	put(emit, ClusterMapKey, AppendClusterMap(nil, c), nil)
 	return nil
+}
+
+// MapChainWant is KindMapChainWant's payload: chain group Group's nodes to
+// add (Join) and to remove (Leave), checked against the map at Epoch.
+type MapChainWant struct {
+	Group, Epoch uint64
+	Join, Leave  []uint64
+}
+
+// AppendMapChainWant appends w's encoding (KindMapChainWant's Key) to b.
+func AppendMapChainWant(b []byte, w MapChainWant) []byte {
+	b = binary.AppendUvarint(b, w.Group)
+	b = binary.AppendUvarint(b, w.Epoch)
+	b = appendIDs(b, w.Join)
+	return appendIDs(b, w.Leave)
+}
+
+// DecodeMapChainWant decodes AppendMapChainWant's encoding, all of b.
+func DecodeMapChainWant(b []byte) (MapChainWant, error) {
+	d := Decoder{B: b}
+	w := MapChainWant{Group: d.Uvarint(), Epoch: d.Uvarint()}
+	ids := func() []uint64 {
+		n := d.Uvarint()
+		if n > uint64(len(d.B)) {
+			d.Err = ErrCorrupt
+			return nil
+		}
+		var out []uint64
+		for range n {
+			out = append(out, d.Uvarint())
+		}
+		return out
+	}
+	w.Join = ids()
+	w.Leave = ids()
+	if d.Err != nil || len(d.B) != 0 {
+		return MapChainWant{}, fmt.Errorf("%w: chain want", ErrCorrupt)
+	}
+	return w, nil
+}
+
+// chainWant is KindMapChainWant's step. Why the map and not the chain's
+// record: the record is the master's alone (commit before announce, a
+// compare-and-set on what it last committed), and an operator's wish is not
+// a decision — the master decides when each node joins (the existing join,
+// pre-copy and FLUSH) and when a leaving one is failed, and records each in
+// the record, which the map then follows. Why compare-and-set by the
+// map's epoch: the caller planned against the members it read.
+func chainWant(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
+	w, err := DecodeMapChainWant(op.Key)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	g, ok := m.Group(w.Group)
+	if !ok || !g.IsChain() {
+		return nil, Result{}, errMap("group %d is not a chain group of the map", w.Group)
+	}
+	all := slices.Concat(w.Join, w.Leave)
+	for i, id := range all {
+		if slices.Contains(all[:i], id) {
+			return nil, Result{}, errMap("chain %d: node %d named twice (added and removed at once?)", w.Group, id)
+		}
+		if !slices.ContainsFunc(m.Nodes, func(x MapNode) bool { return x.ID == id }) {
+			return nil, Result{}, errMap("chain %d: node %d is not a node of the map (add it first)", w.Group, id)
+		}
+	}
+	join := slices.DeleteFunc(slices.Clone(w.Join), func(id uint64) bool { return slices.Contains(g.Members, id) })
+	leave := slices.DeleteFunc(slices.Clone(g.Leaving), func(id uint64) bool { return slices.Contains(w.Join, id) })
+	for _, id := range w.Leave {
+		if !slices.Contains(leave, id) {
+			leave = append(leave, id)
+		}
+	}
+	if len(join) == 0 {
+		join = nil
+	}
+	if len(leave) == 0 {
+		leave = nil
+	}
+	if slices.Equal(join, g.Joining) && slices.Equal(leave, g.Leaving) {
+		return nil, Result{Kind: ResInt, Int: int64(m.Epoch)}, nil // a rerun
+	}
+	if w.Epoch != m.Epoch {
+		return nil, Result{}, errMap("the change of chain %d was planned against the map at epoch %d, the map is at %d: plan it again", w.Group, w.Epoch, m.Epoch)
+	}
+	stay := slices.DeleteFunc(slices.Clone(g.Members), func(id uint64) bool { return slices.Contains(leave, id) })
+	if len(stay)+len(join) == 0 {
+		return nil, Result{}, errMap("chain %d (members %v): removing %v would leave it no member", w.Group, g.Members, w.Leave)
+	}
+	n := m.clone()
+	ng, _ := n.Group(w.Group)
+	ng.Joining, ng.Leaving = join, leave
+	// As AddNode: the epoch moves so pollers learn the wish (the joining
+	// node opens its member by it), but not while a move is in flight.
+	if len(n.Moves) == 0 {
+		n.Epoch++
+	}
+	return n, Result{Kind: ResInt, Int: int64(n.Epoch)}, nil
 }

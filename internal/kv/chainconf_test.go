@@ -2,6 +2,8 @@ package kv
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -141,4 +143,111 @@ func FuzzChainConfig(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestMapChainWant: KindMapChainWant records a chain group's nodes to add
+// and to remove — compare-and-set by the map's epoch, the same wish again a
+// no-op at any epoch, the refusals — and the chain's record, as the master
+// carries the wish out, clears a node from Joining once it is a member,
+// while Leaving keeps a node the chain dropped (the master never joins it
+// again).
+func TestMapChainWant(t *testing.T) {
+	m := mem{}
+	apply := applier(t, m)
+	initMap(t, apply)
+	for _, id := range []uint64{4, 5} {
+		nd := MapNode{ID: id, ClientAddr: fmt.Sprintf("127.0.0.1:%d", id), PeerAddr: fmt.Sprintf("127.0.0.1:1%d", id)}
+		if _, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, nd)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := apply(&Op{Kind: KindMapAddGroup, Key: AppendMapAddGroup(nil, MapAddGroup{MapMembers: MapMembers{Group: 3, Members: []uint64{1, 2, 3}}, Engine: EngineChain})}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(chainOp(KindMapChainInit, ChainConfig{Group: 3, Members: []uint64{1, 2, 3}}, 0)); err != nil {
+		t.Fatal(err)
+	}
+	want := func(w MapChainWant) (Result, error) {
+		return apply(&Op{Kind: KindMapChainWant, Key: AppendMapChainWant(nil, w)})
+	}
+	group := func() MapGroup { g, _ := readMap(t, m).Group(3); return *g }
+	e := readMap(t, m).Epoch
+	for _, bad := range []MapChainWant{
+		{Group: 1, Epoch: e, Join: []uint64{4}},                         // a VR group
+		{Group: 9, Epoch: e, Join: []uint64{4}},                         // no such group
+		{Group: 3, Epoch: e, Join: []uint64{7}},                         // not a node
+		{Group: 3, Epoch: e, Join: []uint64{4}, Leave: []uint64{4}},     // both
+		{Group: 3, Epoch: e, Leave: []uint64{1, 2, 3}},                  // no member left
+		{Group: 3, Epoch: e - 1, Join: []uint64{4}, Leave: []uint64{2}}, // a stale plan
+	} {
+		if _, err := want(bad); !errors.Is(err, ErrSlotTransition) {
+			t.Fatalf("%+v: %v", bad, err)
+		}
+	}
+	if readMap(t, m).Epoch != e {
+		t.Fatal("a refused wish moved the map")
+	}
+	replace := MapChainWant{Group: 3, Epoch: e, Join: []uint64{4}, Leave: []uint64{2}}
+	if res, err := want(replace); err != nil || res.Int != int64(e+1) || res.Version == 0 {
+		t.Fatalf("replace 2 by 4: %+v %v", res, err)
+	}
+	if g := group(); !slices.Equal(g.Joining, []uint64{4}) || !slices.Equal(g.Leaving, []uint64{2}) || !slices.Equal(g.Members, []uint64{1, 2, 3}) {
+		t.Fatalf("the wish: %+v", g)
+	}
+	if res, err := want(replace); err != nil || res.Version != 0 || res.Int != int64(e+1) {
+		t.Fatalf("the same wish again (a stale epoch, a rerun): %+v %v", res, err)
+	}
+	// The master's FLUSH puts 4 in the list (before the tail) as the
+	// joiner: still wanted (a failure during the flush aborts the join).
+	// Its flush done, the record drops the joiner: Joining clears, Leaving
+	// stays.
+	flushing := ChainConfig{Group: 3, Epoch: 1, Members: []uint64{1, 2, 4, 3}, Joiner: 4}
+	if _, err := apply(chainOp(KindMapChainSet, flushing, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if g := group(); !slices.Equal(g.Joining, []uint64{4}) || !slices.Equal(g.Members, []uint64{1, 2, 4, 3}) {
+		t.Fatalf("while 4 flushes: %+v", g)
+	}
+	joined := ChainConfig{Group: 3, Epoch: 1, Members: []uint64{1, 2, 4, 3}}
+	if _, err := apply(chainOp(KindMapChainSet, joined, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if g := group(); g.Joining != nil || !slices.Equal(g.Leaving, []uint64{2}) || !slices.Equal(g.Members, []uint64{1, 2, 4, 3}) {
+		t.Fatalf("after 4's join: %+v", g)
+	}
+	// It fails 2: the map drops it and keeps it in Leaving.
+	if _, err := apply(chainOp(KindMapChainSet, ChainConfig{Group: 3, Epoch: 2, Members: []uint64{1, 4, 3}}, 1)); err != nil {
+		t.Fatal(err)
+	}
+	g := group()
+	if g.Joining != nil || !slices.Equal(g.Leaving, []uint64{2}) || !slices.Equal(g.Members, []uint64{1, 4, 3}) {
+		t.Fatalf("after 2 left: %+v", g)
+	}
+	// The command run again plans nothing new: a no-op.
+	if res, err := want(MapChainWant{Group: 3, Epoch: 1, Leave: []uint64{2}}); err != nil || res.Version != 0 {
+		t.Fatalf("a rerun once done: %+v %v", res, err)
+	}
+	// Removing 3 adds to Leaving; taking 2 back drops it from Leaving.
+	e = readMap(t, m).Epoch
+	if _, err := want(MapChainWant{Group: 3, Epoch: e, Join: []uint64{2}, Leave: []uint64{3}}); err != nil {
+		t.Fatal(err)
+	}
+	if g := group(); !slices.Equal(g.Joining, []uint64{2}) || !slices.Equal(g.Leaving, []uint64{3}) {
+		t.Fatalf("2 back, 3 out: %+v", g)
+	}
+	if err := readMap(t, m).Check(); err != nil {
+		t.Fatal(err)
+	}
+	if ws := (&Op{Kind: KindMapChainWant, Key: AppendMapChainWant(nil, replace)}).WrittenKeys(); len(ws) != 1 || string(ws[0]) != string(ClusterMapKey) {
+		t.Fatalf("the wish writes %q", ws)
+	}
+	if k := KindMapChainWant; k != 175 || !IsSlotKind(k) || !k.known() || !k.IsUpdate() || k.String() != "mapchainwant" {
+		t.Fatalf("kind %d (%s): not the cluster block's last known update", k, k)
+	}
+	b := AppendMapChainWant(nil, replace)
+	for i := range len(b) {
+		if _, err := DecodeMapChainWant(b[:i]); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("a wish cut at %d decoded: %v", i, err)
+		}
+	}
 }

@@ -81,6 +81,8 @@ import (
 //	                  move in flight names. The same id again, once
 //	                  removed, is a no-op (a retry), whatever the epoch.
 //	                  The epoch moves as with AddNode.
+//	KindMapChainWant  Key: a chain group's nodes to add and to remove
+//	                  (AppendMapChainWant), chainconf.go.
 
 // ClusterMapKey is the reserved record that holds the metadata group's map.
 var ClusterMapKey = ReservedKey("clustermap")
@@ -158,6 +160,16 @@ type MapGroup struct {
 	// cluster of groups"): its members open a chain member, and the
 	// metadata group's nodes each run the chain's hosted master.
 	Engine string `json:",omitempty"`
+	// A chain group's wanted change (KindMapChainWant, chainconf.go):
+	// Joining are nodes to add, which open an empty member the chain's
+	// master joins, each cleared once the chain's record has it as a
+	// member (followChain); Leaving are nodes to remove, which the master
+	// fails once no node is left to join and never joins again — kept
+	// after they left, so that a leaving node's member that comes back
+	// (its heartbeats say it is no replica) is refused and retires, not
+	// joined, whichever metadata node's master acts.
+	Joining []uint64 `json:",omitempty"`
+	Leaving []uint64 `json:",omitempty"`
 }
 
 // The engines a data group runs (MapGroup.Engine).
@@ -217,9 +229,9 @@ func (m *ClusterMap) Check() error {
 		nodes[n.ID] = true
 	}
 	for _, g := range m.Groups {
-		for _, id := range g.Members {
+		for _, id := range slices.Concat(g.Members, g.Joining, g.Leaving) {
 			if !nodes[id] {
-				return fmt.Errorf("cluster map: group %d's member %d is not a node of the map", g.ID, id)
+				return fmt.Errorf("cluster map: group %d's member %d (or node joining or leaving it) is not a node of the map", g.ID, id)
 			}
 		}
 		for _, r := range g.Slots {
@@ -319,6 +331,31 @@ func AppendClusterMap(b []byte, m *ClusterMap) []byte {
 			b = binary.AppendUvarint(b, id)
 		}
 	}
+	// Then the chain groups' wanted changes, when one has any (only chain
+	// groups have them, so the chain section precedes it).
+	var wants []MapGroup
+	for _, g := range m.Groups {
+		if len(g.Joining) > 0 || len(g.Leaving) > 0 {
+			wants = append(wants, g)
+		}
+	}
+	if len(wants) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(wants)))
+		for _, g := range wants {
+			b = binary.AppendUvarint(b, g.ID)
+			b = appendIDs(b, g.Joining)
+			b = appendIDs(b, g.Leaving)
+		}
+	}
+	return b
+}
+
+// appendIDs appends a count and ids.
+func appendIDs(b []byte, ids []uint64) []byte {
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		b = binary.AppendUvarint(b, id)
+	}
 	return b
 }
 
@@ -391,6 +428,27 @@ func DecodeClusterMap(b []byte) (*ClusterMap, error) {
 		for range n {
 			if g, ok := m.Group(d.Uvarint()); ok && !g.IsChain() {
 				g.Engine = EngineChain
+			} else if d.Err == nil {
+				d.Err = ErrCorrupt
+			}
+		}
+	}
+	if d.Err == nil && len(d.B) > 0 {
+		n := count()
+		if n == 0 && d.Err == nil {
+			d.Err = ErrCorrupt
+		}
+		for range n {
+			g, ok := m.Group(d.Uvarint())
+			var j, l []uint64
+			for range count() {
+				j = append(j, d.Uvarint())
+			}
+			for range count() {
+				l = append(l, d.Uvarint())
+			}
+			if ok && g.IsChain() && g.Joining == nil && g.Leaving == nil && len(j)+len(l) > 0 {
+				g.Joining, g.Leaving = j, l
 			} else if d.Err == nil {
 				d.Err = ErrCorrupt
 			}
@@ -600,6 +658,9 @@ func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	}
 	if op.Kind == KindMapRemoveGroup {
 		return removeGroup(m, op)
+	}
+	if op.Kind == KindMapChainWant {
+		return chainWant(m, op) // chainconf.go
 	}
 	if op.Kind == KindMapAddNode {
 		nd, err := DecodeMapNode(op.Key)
@@ -922,7 +983,8 @@ func (m *ClusterMap) clone() *ClusterMap {
 	n := &ClusterMap{Epoch: m.Epoch, Nodes: slices.Clone(m.Nodes), Moves: slices.Clone(m.Moves), Meta: slices.Clone(m.Meta), MetaEpoch: m.MetaEpoch,
 		Removed: slices.Clone(m.Removed)}
 	for _, g := range m.Groups {
-		n.Groups = append(n.Groups, MapGroup{ID: g.ID, Members: slices.Clone(g.Members), Slots: slices.Clone(g.Slots), MemberEpoch: g.MemberEpoch, Engine: g.Engine})
+		n.Groups = append(n.Groups, MapGroup{ID: g.ID, Members: slices.Clone(g.Members), Slots: slices.Clone(g.Slots), MemberEpoch: g.MemberEpoch, Engine: g.Engine,
+			Joining: slices.Clone(g.Joining), Leaving: slices.Clone(g.Leaving)})
 	}
 	for i := range n.Moves {
 		n.Moves[i].Slots = slices.Clone(n.Moves[i].Slots)

@@ -690,7 +690,7 @@ func TestMapFollowsTheChain(t *testing.T) {
 // written when it or a later one has something, decode to the same map in
 // every combination (and encode again to the same bytes).
 func TestClusterMapCodecOptionalSections(t *testing.T) {
-	for mask := range 16 {
+	for mask := range 32 {
 		c := testMap()
 		if mask&1 != 0 {
 			c.Groups[0].MemberEpoch = 3
@@ -704,13 +704,19 @@ func TestClusterMapCodecOptionalSections(t *testing.T) {
 		if mask&8 != 0 {
 			c.Groups[1].Engine = EngineChain
 		}
+		if mask&16 != 0 {
+			// A chain's wanted change: only a chain has one.
+			c.Groups[1].Engine = EngineChain
+			c.Groups[1].Joining, c.Groups[1].Leaving = []uint64{1}, []uint64{3, 2}
+		}
 		enc := AppendClusterMap(nil, c)
 		got, err := DecodeClusterMap(enc)
 		if err != nil {
 			t.Fatalf("mask %04b: %v", mask, err)
 		}
 		if got.Groups[0].MemberEpoch != c.Groups[0].MemberEpoch || !slices.Equal(got.Meta, c.Meta) || got.MetaEpoch != c.MetaEpoch ||
-			!slices.Equal(got.Removed, c.Removed) || got.Groups[1].IsChain() != c.Groups[1].IsChain() || got.Groups[0].IsChain() {
+			!slices.Equal(got.Removed, c.Removed) || got.Groups[1].IsChain() != c.Groups[1].IsChain() || got.Groups[0].IsChain() ||
+			!slices.Equal(got.Groups[1].Joining, c.Groups[1].Joining) || !slices.Equal(got.Groups[1].Leaving, c.Groups[1].Leaving) {
 			t.Fatalf("mask %04b: round trip %+v, want %+v", mask, got, c)
 		}
 		if again := AppendClusterMap(nil, got); !slices.Equal(again, enc) {

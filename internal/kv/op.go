@@ -245,7 +245,7 @@ func (op *Op) WrittenKeys() [][]byte {
 			return [][]byte{SlotTableKey, SlotFenceKey}
 		}
 		return [][]byte{SlotTableKey}
-	case KindMapInit, KindMapMovePlan, KindMapMoveClaim, KindMapMoveDone, KindMapMoveAbort, KindMapAddNode, KindMapSetMembers, KindMapAddGroup, KindMapRemoveGroup:
+	case KindMapInit, KindMapMovePlan, KindMapMoveClaim, KindMapMoveDone, KindMapMoveAbort, KindMapAddNode, KindMapSetMembers, KindMapAddGroup, KindMapRemoveGroup, KindMapChainWant:
 		return [][]byte{ClusterMapKey}
 	case KindMapChainInit, KindMapChainSet:
 		// The cluster map too: a chain group's members follow the record

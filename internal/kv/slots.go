@@ -68,11 +68,16 @@ const (
 	// KindMapRemoveGroup takes a data group that owns no slots out of the
 	// map (clustermap.go): 174.
 	KindMapRemoveGroup
+	// KindMapChainWant records on a chain group's map entry the nodes to
+	// add to the chain and to remove from it (chainconf.go): 175, the
+	// block's last.
+	KindMapChainWant
 	kindSlotEnd
 )
 
-// The cluster's kinds are 160-175: this fails to compile if they outgrow them.
-var _ = [1]struct{}{}[kindSlotEnd/176]
+// The cluster's kinds are 160-175: this fails to compile if they outgrow
+// them (kindSlotEnd is one past the last).
+var _ = [1]struct{}{}[(kindSlotEnd-1)/176]
 
 func isSlotKind(k Kind) bool { return k >= KindSlotInit && k < kindSlotEnd }
 
@@ -82,7 +87,7 @@ func IsSlotKind(k Kind) bool { return isSlotKind(k) }
 
 var slotKindNames = [...]string{"slotinit", "slotset", "slotimport",
 	"mapinit", "mapmoveplan", "mapmoveclaim", "mapmovedone", "mapmoveabort", "mapaddnode",
-	"mapchaininit", "mapchainset", "groupaddrs", "mapsetmembers", "mapaddgroup", "mapremovegroup"}
+	"mapchaininit", "mapchainset", "groupaddrs", "mapsetmembers", "mapaddgroup", "mapremovegroup", "mapchainwant"}
 
 // NumSlots is the number of hash slots (Redis Cluster's 16384).
 const NumSlots = keyslot.N

@@ -396,3 +396,105 @@ func TestChainGroupRestartWithout(t *testing.T) {
 		}
 	}
 }
+
+// kefir cluster replace-node of a chain's member, in process (the race
+// detector's view of it; e2e TestGroupsChainReplaceNode runs it with real
+// processes, a linearizability check and a SIGKILLed head): VR group 1 on
+// nodes 1-3 (the metadata members), chain group 2 of [4 3], and node 5 a
+// VR group of its own. The command's steps (cmd/kefir chainChange): the
+// plan, one wish recorded in the map (KEFIR.SLOTS META CHAINWANT), then the
+// wait until the map's chain has node 5 and not node 4. Node 5 opens an
+// empty member of the chain (the map's Joining names it), the master joins
+// it before the tail and fails node 4, whose node retires its member (its
+// last group: it records its retirement); every write, before and after,
+// reads back at node 5.
+func TestChainGroupReplaceMember(t *testing.T) {
+	addrs := testgroup.LoopbackAddrs(t, 10)
+	var ms []Member
+	for i := range 5 {
+		ms = append(ms, Member{ID: uint64(i + 1), PeerAddr: addrs[2*i], ClientAddr: addrs[2*i+1]})
+	}
+	nodes := make([]*Server, len(ms))
+	for i, m := range ms {
+		cfg := Config{
+			NodeID: fmt.Sprint("n", m.ID), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
+			HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir(), ClusterSecret: "s3cret",
+			Members: ms, ReplicaID: m.ID, ClusterID: 42, Bootstrap: true,
+			Logger: testLogger(m.ID), OpenReplica: vrshard.OpenHosted,
+			OpenChainReplica: vrshard.OpenChainGroup(vrshard.ChainStoreOptions{}),
+			Groups: []cluster.GroupSpec{
+				{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
+				{ID: 2, Members: []uint64{4, 3}, Slots: []cluster.SlotRange{{Start: 8192, End: 12287}}},
+				{ID: 3, Members: []uint64{5}, Slots: []cluster.SlotRange{{Start: 12288, End: 16383}}},
+			},
+			ChainGroups: []cluster.GroupID{2},
+		}
+		s, err := startNode(cfg)
+		if err != nil {
+			t.Fatalf("node %d: %v", m.ID, err)
+		}
+		t.Cleanup(func() { s.Close() })
+		nodes[i] = s
+	}
+	node := func(id uint64) *Server { return nodes[id-1] }
+	var keys []string
+	for i := 0; len(keys) < 20; i++ {
+		if k := fmt.Sprint("c", i); cluster.Slot([]byte(k)) >= 8192 && cluster.Slot([]byte(k)) < 12288 {
+			keys = append(keys, k)
+		}
+	}
+	set := func(from, to int) {
+		t.Helper()
+		for _, k := range keys[from:to] {
+			var got string
+			if !testgroup.Until(20*time.Second, 50*time.Millisecond, func() bool {
+				got = dial(t, node(1)).do("SET", k, "v"+k)
+				return got == "OK"
+			}) {
+				t.Fatalf("SET %s: %s", k, got)
+			}
+		}
+	}
+	set(0, 10)
+
+	mv := &cluster.Mover{Seeds: []string{ms[0].ClientAddr, ms[1].ClientAddr}, RetryFor: 20 * time.Second}
+	defer mv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cm, err := mv.MetaMap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := cluster.PlanNodeChange(cm, 4, cluster.Member{ID: 5, PeerAddr: ms[4].PeerAddr, ClientAddr: ms[4].ClientAddr})
+	if err != nil || len(plan) != 1 || !plan[0].Chain || !slices.Equal(plan[0].Members, []uint64{5, 3}) {
+		t.Fatalf("the plan: %+v %v", plan, err)
+	}
+	if _, err := mv.ChainWant(ctx, plan[0], cm.Epoch); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if !testgroup.Until(20*time.Second, 20*time.Millisecond, func() bool {
+		cm, err := mv.MetaMap(ctx)
+		return err == nil && cluster.ChainChangeDone(cm, plan[0])
+	}) {
+		cm, _ := mv.MetaMap(ctx)
+		t.Fatalf("the map's chain did not become [5 3]: %+v", cm.Groups)
+	}
+	t.Logf("the map's chain is [5 3] %v after the wish", time.Since(start).Round(time.Millisecond))
+	if !testgroup.Until(20*time.Second, 20*time.Millisecond, func() bool {
+		return CheckRetired(groupDir(node(4).cfg.DataDir, 2)) != nil
+	}) {
+		t.Fatal("node 4 did not retire its member of the chain")
+	}
+	set(10, 20)
+	c := dial(t, node(5))
+	for _, k := range keys {
+		var got string
+		if !testgroup.Until(10*time.Second, 50*time.Millisecond, func() bool {
+			got = c.do("GET", k)
+			return got == fmt.Sprintf("%q", "v"+k)
+		}) {
+			t.Fatalf("GET %s at node 5: %s", k, got)
+		}
+	}
+}

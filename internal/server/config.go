@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
@@ -533,7 +534,7 @@ func (c Config) validateGroups(known map[uint64]bool) error {
 		if g.ID == cluster.MetaGroupID {
 			return fmt.Errorf("config: --groups: group id %d is reserved for the metadata group", g.ID)
 		}
-		if len(g.Members)%2 == 0 && !slices.Contains(c.ChainGroups, g.ID) {
+		if len(g.Members)%2 == 0 && !slices.Contains(c.ChainGroups, g.ID) && g.Engine != kv.EngineChain {
 			return fmt.Errorf("config: --groups: group %d has %d members: a VR group needs an odd number (2f+1)", g.ID, len(g.Members))
 		}
 		seen := map[uint64]bool{}
@@ -548,7 +549,10 @@ func (c Config) validateGroups(known map[uint64]bool) error {
 			hosted = hosted || m == c.ReplicaID
 		}
 	}
-	if !hosted {
+	// A node that joined (PrepareJoin) hosts the groups its records name,
+	// which may be only a chain the map wants it to join (a chain's
+	// Joining, not its members).
+	if !hosted && !c.joinedGroups {
 		return fmt.Errorf("config: --groups: node %d is a member of no group", c.ReplicaID)
 	}
 	return nil

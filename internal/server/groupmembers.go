@@ -188,6 +188,16 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 			}
 		}
 	}
+	// A chain member that the map removes (Leaving) and the chain's record
+	// no longer names: out of the chain for good (its master never joins
+	// it again), so it retires, as a VR replica its group left.
+	for _, lg := range s.multi.Hosted() {
+		if g, ok := cm.Group(uint64(lg.Spec.ID)); ok && leftChain(g, s.cfg.ReplicaID) {
+			if s.retireChainMember(lg, g) {
+				return true
+			}
+		}
+	}
 	s.recordMembersIfBehind(ctx, cm)
 	s.followChainMasters(cm)
 	s.startChainMasters(cm)
@@ -199,7 +209,7 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 	groups := append(slices.Clone(cm.Groups), kv.MapGroup{ID: uint64(cluster.MetaGroupID), Members: cm.MetaMembers()})
 	for _, g := range groups {
 		id := cluster.GroupID(g.ID)
-		if !slices.Contains(g.Members, s.cfg.ReplicaID) || hosted[id] {
+		if !namedIn(&g, s.cfg.ReplicaID) || hosted[id] {
 			continue
 		}
 		gs.mu.Lock()
@@ -228,7 +238,12 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 		}
 		members := slices.Clone(g.Members)
 		join := s.joinGroup
-		if created(g) {
+		if joiningChain(&g, s.cfg.ReplicaID) {
+			metas := cm.MetaMembers()
+			join = func(ctx context.Context, id cluster.GroupID, members []uint64) error {
+				return s.joinChain(id, members, metas)
+			}
+		} else if created(g) {
 			engine := g.Engine
 			join = func(ctx context.Context, id cluster.GroupID, members []uint64) error {
 				return s.createGroup(ctx, id, members, engine)
@@ -313,7 +328,7 @@ func (s *Server) startChainMasters(cm *kv.ClusterMap) {
 		// By whether it hosts a member, not by the map: the map follows
 		// the chain's record, which leaves out a member while it is
 		// failed (and this node's member may run meanwhile).
-		if spec.Local = local[id]; spec.Local == nil && slices.Contains(g.Members, s.cfg.ReplicaID) {
+		if spec.Local = local[id]; spec.Local == nil && namedIn(&g, s.cfg.ReplicaID) {
 			continue // its member is not open yet
 		}
 		m, err := host.HostChainMaster(spec)
@@ -655,6 +670,22 @@ func readGroupJoin(dir string) (joinRecord, bool, error) {
 	return jr, true, nil
 }
 
+// writeGroupJoin records jr as the joinFile of group directory dir,
+// durably, creating dir.
+func writeGroupJoin(dir string, jr joinRecord) error {
+	b, err := json.Marshal(jr)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("server: create %s: %w", dir, err)
+	}
+	if err := vfs.WriteFileDurably(vfs.Default, dir, filepath.Join(dir, joinFile), b); err != nil {
+		return fmt.Errorf("server: write %s: %w", filepath.Join(dir, joinFile), err)
+	}
+	return nil
+}
+
 // joinGroup starts this node's replica of group id, which the map names
 // it in (members): the group's configuration, from its members, must name
 // it too; it is recorded in the group's directory before the replica opens
@@ -697,15 +728,8 @@ func (s *Server) joinGroup(ctx context.Context, id cluster.GroupID, members []ui
 				return fmt.Errorf("%w: %s holds a replica already, not one this node joined with; move it away to let the node join group %d", ErrStaleConfig, dir, id)
 			}
 		}
-		b, err := json.Marshal(jr)
-		if err != nil {
+		if err := writeGroupJoin(dir, jr); err != nil {
 			return err
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("server: create %s: %w", dir, err)
-		}
-		if err := vfs.WriteFileDurably(vfs.Default, dir, filepath.Join(dir, joinFile), b); err != nil {
-			return fmt.Errorf("server: write %s: %w", filepath.Join(dir, joinFile), err)
 		}
 	}
 	lg, err := s.openJoinedGroup(s.peerTr, id, jr, false)
@@ -722,6 +746,136 @@ func (s *Server) joinGroup(ctx context.Context, id cluster.GroupID, members []ui
 	}
 	s.log.Info("named by the map in a group: joined it as a new member", "group", uint64(id), "config", gc.String())
 	return nil
+}
+
+// slotsOf is group id's slot ranges in sm (none: not a group of it).
+func slotsOf(sm *cluster.SlotMap, id cluster.GroupID) []cluster.SlotRange {
+	if spec, ok := sm.Group(id); ok {
+		return spec.Slots
+	}
+	return nil
+}
+
+// namedIn reports whether map entry g has node id as a member, or, a
+// chain, as a node the map wants it to join (Joining).
+func namedIn(g *kv.MapGroup, id uint64) bool {
+	return slices.Contains(g.Members, id) || joiningChain(g, id)
+}
+
+// joiningChain reports whether map entry g is a chain the map wants node
+// id to join (KindMapChainWant) and does not have it as a member yet.
+func joiningChain(g *kv.MapGroup, id uint64) bool {
+	return g.IsChain() && slices.Contains(g.Joining, id) && !slices.Contains(g.Members, id)
+}
+
+// leftChain reports whether map entry g is a chain that node id left as
+// the map wants: removed (Leaving), and no longer a member of the chain's
+// record, which the map's members follow.
+func leftChain(g *kv.MapGroup, id uint64) bool {
+	return g.IsChain() && slices.Contains(g.Leaving, id) && !slices.Contains(g.Members, id) && !slices.Contains(g.Joining, id)
+}
+
+// joinChain starts this node's member of chain group id, which the map
+// wants it to join (docs/design/chain.md "A chain in a cluster of groups"):
+// the record (engine chain, not created, members the chain's of the map
+// and this node, masters the metadata group's members) is written to the
+// group's directory, then the member opens without bootstrap: an empty
+// joiner, whose heartbeats ask the acting master to join it (pre-copy from
+// the tail, then FLUSH links it in before the tail). Unlike a VR group's
+// new member there is nothing to ask the group first: the chain's
+// membership is its master's, which joins a node that asks.
+func (s *Server) joinChain(id cluster.GroupID, members, metas []uint64) error {
+	dir := groupDir(s.cfg.DataDir, id)
+	jr, ok, err := joinRecord{}, false, error(nil)
+	if s.cfg.FS == nil {
+		if jr, ok, err = readGroupJoin(dir); err != nil {
+			return err
+		}
+	}
+	if !ok {
+		ms := make([]Member, 0, len(members)+1)
+		for _, mid := range append(slices.Clone(members), s.cfg.ReplicaID) {
+			n, known := s.multi.Node(mid)
+			if !known || n.PeerAddr == "" {
+				return fmt.Errorf("chain group %d's node %d has no known address", id, mid)
+			}
+			ms = append(ms, n)
+		}
+		jr = chainJoinRecord(s.cfg.ClusterID, s.cfg.ReplicaID, id, ms, slotsOf(s.multi.Slots(), id), metas)
+		if s.cfg.FS == nil {
+			if _, err := os.Stat(filepath.Join(dir, "vr")); err == nil {
+				return fmt.Errorf("%w: %s holds a replica already, not one this node joined with; move it away to let the node join chain group %d", ErrStaleConfig, dir, id)
+			}
+			if err := writeGroupJoin(dir, jr); err != nil {
+				return err
+			}
+		}
+	}
+	if m, ok := s.groupMaster(id); ok {
+		// This node's master of the chain registered the group on the
+		// transport (no member here): the member takes its place, and
+		// the master starts again speaking through it (startChainMasters).
+		s.stopChainMaster(id, m)
+	}
+	lg, err := s.openJoinedGroup(s.peerTr, id, jr, false)
+	if err != nil {
+		return err
+	}
+	if err := s.multi.AddGroup(lg); err != nil {
+		_ = lg.Hosted.Replica.Close()
+		return err
+	}
+	s.log.Info("the map wants this node in a chain group: opened an empty member, which the chain's master joins", "group", uint64(id), "members", jr.Members)
+	return nil
+}
+
+// chainJoinRecord is the joinFile of node self's member of chain group id
+// that the map wants it to join: the chain's members and the node (ms), the
+// group's slots, the metadata members where its masters run; engine chain,
+// not Created (never bootstrapped: an empty joiner).
+func chainJoinRecord(clusterID, self uint64, id cluster.GroupID, ms []Member, rs []cluster.SlotRange, metas []uint64) joinRecord {
+	return joinRecord{Cluster: clusterID, Replica: self, Members: FormatMembers(ms), Slots: groupSlots(id, rs),
+		Engine: kv.EngineChain, ChainMasters: slices.Clone(metas)}
+}
+
+// retireChainMember retires this node's member of chain group lg, which
+// left the chain as the map wants (leftChain): recorded as retired (never
+// opened again), out of the routing, and closed unless it is the node's
+// engine handle. This node's master of the chain, which may speak through
+// the member, is stopped first; it starts again on its own registration
+// (startChainMasters). It reports true if the node retired (it hosted
+// nothing else).
+func (s *Server) retireChainMember(lg cluster.LocalGroup, g *kv.MapGroup) bool {
+	id := lg.Spec.ID
+	if len(s.multi.Hosted()) == 1 && s.multi.HostsMeta() {
+		// Its last group, beside a metadata replica: it stays up (and its
+		// master with it), as retireGroup says once.
+		return s.retireGroup(lg, 0)
+	}
+	if m, ok := s.groupMaster(id); ok {
+		s.stopChainMaster(id, m)
+	}
+	s.log.Warn("the map removes this node from a chain group and the chain no longer has it: its member retires", "group", g.ID, "chain", g.Members)
+	gone := s.retireGroup(lg, 0)
+	if gone {
+		return true
+	}
+	gs := s.groups
+	gs.mu.Lock()
+	var h *cluster.Hosted
+	if n := len(gs.retiredH); n > 0 && gs.retiredH[n-1].Replica == lg.Hosted.Replica && lg.Hosted.Engine != s.db {
+		h = &gs.retiredH[n-1]
+		gs.retiredH = gs.retiredH[:n-1]
+	}
+	gs.mu.Unlock()
+	if h != nil {
+		// Closed now: an open member would go on asking the masters to
+		// join it (refused) until the node stops.
+		if err := h.Replica.Close(); err != nil {
+			s.log.Error("close a retired chain member", "group", g.ID, "err", err)
+		}
+	}
+	return false
 }
 
 // created reports whether the map's entry g is a group whose first members
@@ -786,15 +940,8 @@ func (s *Server) createGroup(ctx context.Context, id cluster.GroupID, members []
 			jr.ChainMasters = s.multi.MetaMembers()
 		}
 		if s.cfg.FS == nil {
-			b, err := json.Marshal(jr)
-			if err != nil {
+			if err := writeGroupJoin(dir, jr); err != nil {
 				return err
-			}
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return fmt.Errorf("server: create %s: %w", dir, err)
-			}
-			if err := vfs.WriteFileDurably(vfs.Default, dir, filepath.Join(dir, joinFile), b); err != nil {
-				return fmt.Errorf("server: write %s: %w", filepath.Join(dir, joinFile), err)
 			}
 		}
 	}
@@ -915,11 +1062,15 @@ func (s *Server) openJoinedGroup(tr *transport.Transport, id cluster.GroupID, jr
 	spec.Nilext, spec.FollowerReads = false, false // as openGroups
 	open := cfg.OpenReplica
 	if jr.Engine == kv.EngineChain {
-		// A chain group (add-group --engine chain): created only (the
-		// map never reconfigures a chain: its master does), its masters
-		// at the metadata group's nodes (startChainMasters).
-		if cfg.OpenChainReplica == nil || !jr.Created {
-			return cluster.LocalGroup{}, fmt.Errorf("server: group %d runs the chain engine, which this node cannot open (created %v)", id, jr.Created)
+		// A chain group: one of its first members (add-group --engine
+		// chain: Created, bootstrapped at its first open) or a node the
+		// map wants it to join (joinChain: never bootstrapped, an empty
+		// joiner its master joins); the map never reconfigures a chain
+		// (its master does), and its masters run at the metadata group's
+		// nodes (startChainMasters).
+		spec.Membership = nil
+		if cfg.OpenChainReplica == nil {
+			return cluster.LocalGroup{}, fmt.Errorf("server: group %d runs the chain engine, which this node cannot open", id)
 		}
 		open = cfg.OpenChainReplica
 		spec.ChainMasters = jr.ChainMasters
@@ -1119,7 +1270,7 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 				return cfg, fmt.Errorf("server: the cluster map has node %d at peer %s, client %s, but this node listens on peer %s, client %s: start it with those addresses",
 					cfg.ReplicaID, cm.Nodes[i].PeerAddr, cm.Nodes[i].ClientAddr, cfg.PeerAddr, cfg.ClientAddr)
 			}
-			if i >= 0 && slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return slices.Contains(g.Members, cfg.ReplicaID) }) {
+			if i >= 0 && slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return namedIn(&g, cfg.ReplicaID) }) {
 				break
 			}
 			logf("the cluster map (epoch %d) does not name node %d in a group yet; waiting for kefir cluster replace-node, add-members or add-group", cm.Epoch, cfg.ReplicaID)
@@ -1219,6 +1370,35 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 			return cfg, err
 		}
 		recs = append(recs, pending{groupDir(cfg.DataDir, g.ID), b})
+	}
+	// Chain groups the map wants this node to join (KindMapChainWant): an
+	// empty member, opened from its record as any group this node joined,
+	// which the chain's master joins (joinChain).
+	for _, mg := range cm.Groups {
+		if !joiningChain(&mg, cfg.ReplicaID) {
+			continue
+		}
+		ms := make([]Member, 0, len(mg.Members)+1)
+		for _, id := range append(slices.Clone(mg.Members), cfg.ReplicaID) {
+			n, ok := addr(id)
+			if !ok {
+				return cfg, fmt.Errorf("server: chain group %d's node %d is not a node of the cluster map", mg.ID, id)
+			}
+			ms = append(ms, n)
+		}
+		if clusterID == 0 {
+			gc, err := mv.GroupConfigOf(ctx, cluster.MetaGroupID)
+			if err != nil {
+				return cfg, fmt.Errorf("server: join chain group %d: the cluster's id from its metadata group: %w", mg.ID, err)
+			}
+			clusterID = gc.Cluster
+		}
+		id := cluster.GroupID(mg.ID)
+		b, err := json.Marshal(chainJoinRecord(clusterID, cfg.ReplicaID, id, ms, slotsOf(sm, id), cm.MetaMembers()))
+		if err != nil {
+			return cfg, err
+		}
+		recs = append(recs, pending{groupDir(cfg.DataDir, cluster.GroupID(mg.ID)), b})
 	}
 	// The groups' records first, durably, then the node's: a restart finds
 	// the node's only once every group's is there.

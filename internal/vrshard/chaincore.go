@@ -632,11 +632,16 @@ func (c *chainCore) heartbeatAnswer(m chain.Msg) {
 	// or, with the chain down, counts it as restarted (chain.Master.Restarted)
 	// — with no process restart. A truncated old tail (Removed) stays out:
 	// the chain is at its length without it, and joining it again would
-	// truncate another.
+	// truncate another. So does a joiner whose flush a failure aborted
+	// (Joining: it saw the FLUSH, which the master's configuration listed
+	// it in; one at that epoch or later without it says the master fenced
+	// it): without this it stayed out until its process restarted — a
+	// replace-node of a chain's head that was SIGKILLed while the new node
+	// flushed never finished.
 	in := slices.Contains(m.Members, chain.NodeID(c.self))
 	c.outside = !in
-	if !in && c.status().State == chain.Active && !(mutation.On && c.outsideStays) {
-		c.rejoin(fmt.Sprintf("the master's configuration %v (epoch %d) leaves it out: it was failed while alive", m.Members, m.Epoch))
+	if st := c.status().State; !in && (st == chain.Active || st == chain.Joining) && !(mutation.On && c.outsideStays) {
+		c.rejoin(fmt.Sprintf("the master's configuration %v (epoch %d) leaves it out: it was failed while alive (or its join aborted)", m.Members, m.Epoch))
 		return
 	}
 	for len(c.beats) > 0 && uint64(c.beats[0][0]) <= m.Seq {

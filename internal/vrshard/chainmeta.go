@@ -58,6 +58,32 @@ func readChainRecord(db *storage.DB, group uint64) (*kv.ChainConfig, error) {
 	return c, nil
 }
 
+// Wants is chain group's wanted change as the cluster map records it
+// (kv.MapGroup's Joining and Leaving, KindMapChainWant), read from the
+// engine as the record is, right after a leadership read (the master reads
+// it then): none when the metadata group holds no map (a lone chain's) or
+// the map has no such chain.
+func (m chainMeta) Wants(group uint64) (joining, leaving []uint64, err error) {
+	v, err := m.r.Engine().Get(kv.ClusterMapKey)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("the cluster map: %w", err)
+	}
+	cm, err := kv.DecodeClusterMap(v.Data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the cluster map at version %d: %w", v.Version, err)
+	}
+	g, ok := cm.Group(group)
+	if !ok || !g.IsChain() {
+		return nil, nil, nil
+	}
+	return g.Joining, g.Leaving, nil
+}
+
+var _ chainmaster.MetaWants = chainMeta{}
+
 // Commit writes op (sync: on a majority's disks) at r, which must lead.
 func (m chainMeta) Commit(ctx context.Context, op kv.Op) (kv.Result, error) {
 	if op.Kind != kv.KindMapChainInit && op.Kind != kv.KindMapChainSet {
