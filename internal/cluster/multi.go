@@ -552,6 +552,12 @@ type MultiMutations struct {
 	// so a driver that dies before then leaves steps no record names and
 	// no resumer finishes (vrshard TestMoveSimMetaCatchesMutations).
 	PlanAfterHandOver atomic.Bool
+	// DoneBeforeCopy: a recorded move's end (DONE) is written right after
+	// its plan, before any step: the map gives the slots to the
+	// destination while the source still holds them, so a remove-group
+	// finds the source empty and removes it mid-move (vrshard
+	// TestMoveSimGroupOpsCatchesMutations).
+	DoneBeforeCopy atomic.Bool
 }
 
 // MultiMut is the process's MultiMutations (tests only; read under mutation.On).

@@ -452,6 +452,9 @@ func (r *replaceRun) done(now time.Duration, v any, err error) {
 // after every crash, partition, power cut and lost replica.
 func replicationRestored(s *sim.Sim, c *simCluster) error {
 	for gi, ms := range c.members {
+		if c.removed[kcluster.GroupID(gi+1)] {
+			continue // its replicas retired (groupOpsSettled)
+		}
 		if err := groupRestored(s, c, kcluster.GroupID(gi+1), ms); err != nil {
 			return err
 		}

@@ -202,6 +202,9 @@ func (c *simCluster) metaStepped(n *hostNode) {
 	for _, mv := range cm.Moves {
 		ms.planned[mv.Epoch] = true
 	}
+	if len(cm.Removed) > 0 {
+		c.retireRemoved(k, cm) // groupop_sim_test.go
+	}
 	if cur := ms.routes[k]; cur == nil || cm.Epoch > cur.Epoch {
 		sm, err := kcluster.SlotMapOf(cm)
 		if err != nil {
@@ -370,6 +373,9 @@ func metaSettled(c *simCluster, rs []kv.SlotRange, at map[uint16]kcluster.GroupI
 	// Each group's members as its last reconfiguration answered them
 	// (SETMEMBERS after a replacement).
 	for gi, ms := range c.members {
+		if c.removed[kcluster.GroupID(gi+1)] {
+			continue // out of the map (groupop_sim_test.go)
+		}
 		var want []uint64
 		for _, a := range ms {
 			want = append(want, uint64(c.node[a]+1))

@@ -133,6 +133,9 @@ type simCluster struct {
 	retirements int
 	// meta: the metadata group (moveOptions.meta; nil: none).
 	meta *metaState
+	// removed: the data groups a map some metadata replica applied lists
+	// removed (groupop_sim_test.go).
+	removed map[kcluster.GroupID]bool
 }
 
 func newSimCluster(groups []kcluster.GroupSpec, nodes int) *simCluster {
@@ -144,7 +147,7 @@ func newSimCluster(groups []kcluster.GroupSpec, nodes int) *simCluster {
 	c.node = make([]int, len(smap.Groups)*movesGroupSize)
 	c.group = make([]kcluster.GroupID, len(c.node))
 	c.members = make([][]int, len(smap.Groups))
-	c.seeds, c.lost, c.joined = nodes, map[int]bool{}, map[int]*simJoin{}
+	c.seeds, c.lost, c.joined, c.removed = nodes, map[int]bool{}, map[int]*simJoin{}, map[kcluster.GroupID]bool{}
 	c.tabs = make([]*kv.SlotTable, len(c.node))
 	for gi, g := range smap.Groups {
 		if g.ID != kcluster.GroupID(gi+1) || len(g.Members) != movesGroupSize {
@@ -539,6 +542,16 @@ func (c *moveClient) route() kcluster.GroupID {
 func (c *moveClient) send() {
 	c.retry = 0
 	g := c.route()
+	if c.cl.removed[g] {
+		// A group removed from the map (groupop_sim_test.go): the client
+		// refreshes its topology (CLUSTER SLOTS, by the newest map a node
+		// routes by).
+		delete(c.cache, c.slot)
+		if sm := c.cl.latestMap(); sm != nil {
+			c.cache[c.slot] = sm.Owner(c.slot)
+		}
+		g = c.route()
+	}
 	if ms := c.cl.members[g-1]; !slices.Contains(ms, c.leader[g-1]) {
 		// Not a member (any more): a replica lost and replaced, or retired.
 		// A cluster client refreshes its topology (CLUSTER SLOTS) when a
@@ -904,6 +917,18 @@ type moveOptions struct {
 	// through the production planner (cluster.PlanNodeChange) while the
 	// faults last (drain_sim_test.go; with meta).
 	drain bool
+	// groupOps: an operator runs kefir cluster rebalance, then
+	// remove-group of group 1, through the production planners and
+	// Rebalancer (groupop_sim_test.go; with meta, three groups); the main
+	// mover is idle. opKillAfter kills the operator right after its step
+	// of that name (as killAfter) in the last move of its first
+	// remove-group plan.
+	groupOps    bool
+	opKillAfter string
+	// doneEarly switches cluster.MultiMut.DoneBeforeCopy on for the run (a
+	// recorded move's end written before its steps; tests with the
+	// mutations tag only).
+	doneEarly bool
 }
 
 // moveScale is a scaled-up run's cluster and workload.
@@ -971,7 +996,7 @@ func (r *moveRun) pick() {
 
 // next returns the Mover to run now and its move, if one is due.
 func (r *moveRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
-	if now < r.nextAt {
+	if now < r.nextAt || r.o.groupOps {
 		return nil, nil
 	}
 	if !r.running {
@@ -1213,6 +1238,10 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		kcluster.MultiMut.PlanAfterHandOver.Store(true)
 		defer kcluster.MultiMut.PlanAfterHandOver.Store(false)
 	}
+	if o.doneEarly {
+		kcluster.MultiMut.DoneBeforeCopy.Store(true)
+		defer kcluster.MultiMut.DoneBeforeCopy.Store(false)
+	}
 	const planEnd = 1600 * time.Millisecond
 	clients, ops := 4, 80
 	w := sim.KV{Keys: 3, Get: 4, Put: 4, CAS: 1, Incr: 1, Delete: 1, Dur: level.Sync}
@@ -1287,6 +1316,19 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		drainer = &moverNode{run: drain, cl: cl}
 		movers++
 	}
+	// The operator of a rebalance and a remove-group: a fifth coroutine.
+	var gops *groupOpRun
+	var opsNode *moverNode
+	defer func() {
+		if opsNode != nil {
+			opsNode.stop()
+		}
+	}()
+	if o.groupOps {
+		gops = newGroupOps(cl, o)
+		opsNode = &moverNode{run: gops, cl: cl}
+		movers++
+	}
 	moveClients := newMoveClient(hostClientTimeout, cl)
 	so := sim.Options{
 		Replicas: len(cl.node), Clients: clients + movers,
@@ -1296,7 +1338,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			// the run has of the operator, the resumer and the drainer.
 			if i := int(id) - cfg.Replicas - clients; i >= 0 {
 				var cos []*moverNode
-				for _, co := range []*moverNode{mover, operator, resumer, drainer} {
+				for _, co := range []*moverNode{mover, operator, resumer, drainer, opsNode} {
 					if co != nil {
 						cos = append(cos, co)
 					}
@@ -1331,6 +1373,9 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	if drain != nil {
 		drain.s = s
 		drain.schedule(run.faultsUntil())
+	}
+	if gops != nil {
+		gops.s = s
 	}
 	if o.powerCuts {
 		s.PowerCuts(run.faultsUntil() - 1) // none at faultsUntil itself
@@ -1387,6 +1432,11 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	if o.meta {
 		window = 80
 	}
+	if o.groupOps {
+		// A rebalance and a remove-group: four or five moves one after
+		// the other, each a lease's wait or two when the operator died.
+		window = 120
+	}
 	h := s.Run()
 	var errs []error
 	if s.Err() == nil {
@@ -1400,7 +1450,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			}
 			return false
 		}
-		for extra := 0; extra < window && (run.running || repl.cur != nil || (resumer != nil && resumer.co != nil) || (drain != nil && !drain.finished) || busy(issued, ops)); extra++ {
+		for extra := 0; extra < window && (run.running || repl.cur != nil || (resumer != nil && resumer.co != nil) || (drain != nil && !drain.finished) || (gops != nil && gops.phase != "") || busy(issued, ops)); extra++ {
 			s.RunFor(100 * time.Millisecond)
 		}
 		s.RunFor(200 * time.Millisecond)
@@ -1450,6 +1500,9 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		if drain != nil && !drain.finished {
 			errs = append(errs, fmt.Errorf("the drain of node %d did not finish 4 s after the faults ended (last error: %v)", drain.old+1, drain.lastErr))
 		}
+		if gops != nil {
+			errs = append(errs, groupOpsSettled(cl, gops))
+		}
 		if cur := repl.cur; cur != nil {
 			errs = append(errs, fmt.Errorf("the replacement of group %d's replica %d did not finish 4 s after the faults ended (last error: %v)", cur.g, cur.lost, repl.lastErr))
 		}
@@ -1483,6 +1536,10 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			*summary += fmt.Sprintf("; %d take-overs by the metadata leader (%d finished, %d died with their node), %d maps applied, %d metadata replicas restarted with an older map",
 				resumes.runs, resumes.ok, resumes.deaths, len(cl.meta.obs), cl.meta.back)
 		}
+		if gops != nil {
+			*summary += fmt.Sprintf("; rebalance and remove-group: %d moves (%d operator deaths, %d leader crashes after a step, %d reruns), group %d removed at map epoch %d, %d replicas retired; plans: %s",
+				gops.moves, gops.kills, gops.crashes, gops.reruns, groupOpRemoved, gops.removeAt, cl.retirements, strings.Join(gops.planned, "; "))
+		}
 		if drain != nil {
 			*summary += fmt.Sprintf("; node %d drained to node %d: %t (%d groups, %d reruns of the command)", drain.old+1, drain.nw+1, drain.finished, len(drain.spare), drain.reruns)
 		}
@@ -1499,6 +1556,11 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			}
 			if drain != nil {
 				for _, l := range drain.log {
+					fmt.Fprintln(trace, l)
+				}
+			}
+			if gops != nil {
+				for _, l := range gops.log {
 					fmt.Fprintln(trace, l)
 				}
 			}
