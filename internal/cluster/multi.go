@@ -558,6 +558,10 @@ type MultiMutations struct {
 	// finds the source empty and removes it mid-move (vrshard
 	// TestMoveSimGroupOpsCatchesMutations).
 	DoneBeforeCopy atomic.Bool
+	// RemoveNodesSkipsMeta: PlanRemoveNodes plans the data groups only,
+	// leaving the removed nodes in the metadata group (vrshard
+	// TestMoveSimShrinkCatchesMutations).
+	RemoveNodesSkipsMeta atomic.Bool
 }
 
 // MultiMut is the process's MultiMutations (tests only; read under mutation.On).

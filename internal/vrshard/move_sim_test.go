@@ -925,10 +925,18 @@ type moveOptions struct {
 	// remove-group plan.
 	groupOps    bool
 	opKillAfter string
+	// shrink: nodes 4 and 5 join every group of the small cluster (add-members:
+	// three to five), then nodes 1 and 2 leave them (remove-node: five to
+	// three), while the faults last (shrink_sim_test.go; with meta).
+	shrink bool
 	// doneEarly switches cluster.MultiMut.DoneBeforeCopy on for the run (a
 	// recorded move's end written before its steps; tests with the
 	// mutations tag only).
 	doneEarly bool
+	// skipMeta switches cluster.MultiMut.RemoveNodesSkipsMeta on for the
+	// run (remove-node leaves the metadata group as it is; tests with the
+	// mutations tag only).
+	skipMeta bool
 }
 
 // moveScale is a scaled-up run's cluster and workload.
@@ -1238,6 +1246,10 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		kcluster.MultiMut.PlanAfterHandOver.Store(true)
 		defer kcluster.MultiMut.PlanAfterHandOver.Store(false)
 	}
+	if o.skipMeta {
+		kcluster.MultiMut.RemoveNodesSkipsMeta.Store(true)
+		defer kcluster.MultiMut.RemoveNodesSkipsMeta.Store(false)
+	}
 	if o.doneEarly {
 		kcluster.MultiMut.DoneBeforeCopy.Store(true)
 		defer kcluster.MultiMut.DoneBeforeCopy.Store(false)
@@ -1316,6 +1328,19 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		drainer = &moverNode{run: drain, cl: cl}
 		movers++
 	}
+	// The operator of an add-members and a remove-node: a sixth coroutine.
+	var shrink *shrinkRun
+	var shrinker *moverNode
+	defer func() {
+		if shrinker != nil {
+			shrinker.stop()
+		}
+	}()
+	if o.shrink {
+		shrink = newShrink(cl)
+		shrinker = &moverNode{run: shrink, cl: cl}
+		movers++
+	}
 	// The operator of a rebalance and a remove-group: a fifth coroutine.
 	var gops *groupOpRun
 	var opsNode *moverNode
@@ -1338,7 +1363,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			// the run has of the operator, the resumer and the drainer.
 			if i := int(id) - cfg.Replicas - clients; i >= 0 {
 				var cos []*moverNode
-				for _, co := range []*moverNode{mover, operator, resumer, drainer, opsNode} {
+				for _, co := range []*moverNode{mover, operator, resumer, drainer, opsNode, shrinker} {
 					if co != nil {
 						cos = append(cos, co)
 					}
@@ -1376,6 +1401,10 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	}
 	if gops != nil {
 		gops.s = s
+	}
+	if shrink != nil {
+		shrink.s = s
+		shrink.schedule(run.faultsUntil())
 	}
 	if o.powerCuts {
 		s.PowerCuts(run.faultsUntil() - 1) // none at faultsUntil itself
@@ -1450,7 +1479,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			}
 			return false
 		}
-		for extra := 0; extra < window && (run.running || repl.cur != nil || (resumer != nil && resumer.co != nil) || (drain != nil && !drain.finished) || (gops != nil && gops.phase != "") || busy(issued, ops)); extra++ {
+		for extra := 0; extra < window && (run.running || repl.cur != nil || (resumer != nil && resumer.co != nil) || (drain != nil && !drain.finished) || (gops != nil && gops.phase != "") || (shrink != nil && shrink.phase != "") || busy(issued, ops)); extra++ {
 			s.RunFor(100 * time.Millisecond)
 		}
 		s.RunFor(200 * time.Millisecond)
@@ -1503,6 +1532,9 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		if gops != nil {
 			errs = append(errs, groupOpsSettled(cl, gops))
 		}
+		if shrink != nil {
+			errs = append(errs, shrunk(cl, shrink))
+		}
 		if cur := repl.cur; cur != nil {
 			errs = append(errs, fmt.Errorf("the replacement of group %d's replica %d did not finish 4 s after the faults ended (last error: %v)", cur.g, cur.lost, repl.lastErr))
 		}
@@ -1536,6 +1568,10 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			*summary += fmt.Sprintf("; %d take-overs by the metadata leader (%d finished, %d died with their node), %d maps applied, %d metadata replicas restarted with an older map",
 				resumes.runs, resumes.ok, resumes.deaths, len(cl.meta.obs), cl.meta.back)
 		}
+		if shrink != nil {
+			*summary += fmt.Sprintf("; groups of five to three: %t (%d reconfigurations, %d reruns of the commands, %d replicas retired)",
+				shrink.phase == "", shrink.changes, shrink.reruns, cl.retirements)
+		}
 		if gops != nil {
 			*summary += fmt.Sprintf("; rebalance and remove-group: %d moves (%d operator deaths, %d leader crashes after a step, %d reruns), group %d removed at map epoch %d, %d replicas retired; plans: %s",
 				gops.moves, gops.kills, gops.crashes, gops.reruns, groupOpRemoved, gops.removeAt, cl.retirements, strings.Join(gops.planned, "; "))
@@ -1556,6 +1592,11 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			}
 			if drain != nil {
 				for _, l := range drain.log {
+					fmt.Fprintln(trace, l)
+				}
+			}
+			if shrink != nil {
+				for _, l := range shrink.log {
 					fmt.Fprintln(trace, l)
 				}
 			}
