@@ -529,3 +529,31 @@ func TestMoveSimMetaCatchesMutations(t *testing.T) {
 		})
 	}
 }
+
+// TestMoveSimMetaAbortAfterEachStep: the mover killed right after each
+// step of the first move, its move recorded, and kefir cluster move-slots
+// --abort run at once (Mover.Abort with the record: it watches the beat for
+// two leases, then claims the move to roll it back) while the metadata
+// leader's resumer watches the same beat to finish it. Two takers of one
+// recorded move, one driving the other way: the claim's compare-and-set
+// lets one win, and every checker must hold whichever does. (The resumer
+// wins at every step here: it watches the beat from its last change, the
+// abort from its own start, so an abort of a recorded move whose driver
+// died is refused — "being driven by node 1 (resumed)" — and the move is
+// finished; docs/design/cluster.md §9.)
+func TestMoveSimMetaAbortAfterEachStep(t *testing.T) {
+	for _, step := range []string{"importing", "migrating", "precopy-page", "precopy", "handover", "finalcopy", "owned"} {
+		t.Run(step, func(t *testing.T) {
+			sim.Explore(t, 1, 1, func(seed uint64, trace io.Writer) error {
+				var sum string
+				if err := moveSim(seed, trace, moveOptions{meta: true, killAfter: step, abort: true}, &sum); err != nil {
+					return err
+				}
+				if !strings.Contains(sum, "abort: rolled back") && !strings.Contains(sum, "abort: refused") {
+					return fmt.Errorf("after %s the abort did not run: %s", step, sum)
+				}
+				return nil
+			})
+		})
+	}
+}

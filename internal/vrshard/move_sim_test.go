@@ -1077,11 +1077,14 @@ func (r *moveRun) done(now time.Duration, v any, err error) {
 		r.lastErr = err
 		r.failed = append(r.failed, fmt.Sprintf("%v: %v", r.s.Now(), err))
 		r.nextAt = now + 20*time.Millisecond // run again: it resumes from the tables
-		if r.o.meta && r.killed {
+		if r.o.meta && r.killed && !(r.o.abort && r.abort == "") {
 			// Recorded: the metadata leader's resumer takes the move over
 			// after two leases; the command is run again later, as an
 			// operator reruns it (it finds the move done, or takes it
-			// over itself after watching its beat).
+			// over itself after watching its beat). An abort
+			// (move-slots --abort) is run at once: it watches the beat
+			// for two leases as the resumer does, and one of the two
+			// claims it (TestMoveSimMetaAbortAfterEachStep).
 			r.nextAt = now + 4*metaLease
 		}
 		r.killed = false
