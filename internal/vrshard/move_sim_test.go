@@ -1676,6 +1676,11 @@ func TestMoveSimReplaysExactly(t *testing.T) {
 		// mover (seed 3), and a drain: four coroutines.
 		{3, moveOptions{meta: true, faults: true, leaderCrashes: true, moverDeaths: true, replace: 1}},
 		{2, moveOptions{meta: true, drain: true, scale: &moveScale{nodes: 9, groups: 12, keys: 8, clients: 6, ops: 60}, faults: true, leaderCrashes: true, moverDeaths: true}},
+		// Rebalance and remove-group (seed 6: the operator dies and the
+		// resumer takes its move over), and groups of five shrinking to
+		// three beside the mover.
+		{6, moveOptions{meta: true, groupOps: true, groups: 3, faults: true, leaderCrashes: true, moverDeaths: true}},
+		{1, moveOptions{meta: true, shrink: true, faults: true, leaderCrashes: true, moverDeaths: true}},
 	} {
 		seed, o := tc.seed, tc.o
 		var a, b bytes.Buffer
