@@ -20,7 +20,9 @@ import (
 // Rebalance and remove-group in the move simulation (moveOptions.groupOps,
 // with the metadata group; issue 28, docs/design/cluster.md §9): on the
 // three-group cluster, where group 1 owns every slot (as after two
-// add-groups), an operator (groupOpRun, a coroutine beside the resumer)
+// add-groups; with moveOptions.addGroup, group 3 is added by the operator
+// first: kefir cluster add-group, its replicas started by their nodes once
+// they see it in the map, startAdded), an operator (groupOpRun, a coroutine beside the resumer)
 // runs kefir cluster rebalance and then kefir cluster remove-group --id
 // groupOpRemoved, each as the command runs it: the map read at the metadata
 // leader, the groups' tables (cluster.Mover.PlanTables: no move in flight),
@@ -81,7 +83,11 @@ type groupOpRun struct {
 }
 
 func newGroupOps(c *simCluster, o moveOptions) *groupOpRun {
-	return &groupOpRun{cl: c, o: o, phase: "rebalance", nextAt: 50 * time.Millisecond}
+	r := &groupOpRun{cl: c, o: o, phase: "rebalance", nextAt: 50 * time.Millisecond}
+	if o.addGroup {
+		r.phase = "add-group"
+	}
+	return r
 }
 
 // newMover is a Mover of the operator (the coroutine's transport and
@@ -112,10 +118,53 @@ func (r *groupOpRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
 			r.moveNo++
 			return r.newMover(mv, true)
 		}}
-		if phase == "rebalance" {
+		switch phase {
+		case "add-group":
+			return nil, r.addGroup(ctx, mv)
+		case "rebalance":
 			return nil, r.rebalance(ctx, mv, rb)
 		}
 		return nil, r.removeGroup(ctx, mv, rb)
+	}
+}
+
+// addGroup is kefir cluster add-group --members 1,2,3 --id 3
+// (runClusterAddGroup): the group recorded in the map with no slots (a
+// rerun finds it there: ADDGROUP of the same list is answered as a retry),
+// then the wait until a member answers with a leader — the nodes start the
+// group's replicas when they see it in the map (startAdded), bootstrapping
+// its first view from the map's list.
+func (r *groupOpRun) addGroup(ctx context.Context, mv *kcluster.Mover) error {
+	g := kcluster.GroupID(r.cl.groups())
+	if _, err := mv.AddGroup(ctx, g, []uint64{1, 2, 3}, kv.EngineVR); err != nil {
+		return err
+	}
+	for {
+		gc, err := mv.GroupConfigOf(ctx, g)
+		if err == nil && gc.Leader != 0 {
+			return nil
+		}
+		if err := mv.Clock.Sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// startAdded is the server's syncGroups at node k, whose metadata replica
+// applied cm: its replica of a group the map now has and the node never
+// started is started, bootstrapping the group's first view (its first
+// start, with no directory).
+func (c *simCluster) startAdded(k int, cm *kv.ClusterMap) {
+	for g := range c.unadded {
+		a := c.replicaAt(k, g)
+		if _, ok := cm.Group(uint64(g)); !ok || a < 0 || c.addedOn[a] {
+			continue
+		}
+		c.addedOn[a] = true
+		c.s.After(0, func() {
+			c.s.Crash(a)
+			c.s.Restart(a)
+		})
 	}
 }
 
@@ -302,12 +351,14 @@ func (r *groupOpRun) done(now time.Duration, _ any, err error) {
 	r.lastErr = nil
 	r.log = append(r.log, fmt.Sprintf("%v: %s finished", r.s.Now(), r.phase))
 	switch r.phase {
+	case "add-group":
+		r.phase = "rebalance"
 	case "rebalance":
 		r.phase = "remove"
-		r.nextAt = now + 20*time.Millisecond
 	default:
 		r.phase = ""
 	}
+	r.nextAt = now + 20*time.Millisecond
 }
 
 // retireRemoved is the server's retireRemoved at node k, whose metadata
@@ -363,6 +414,12 @@ func groupOpsSettled(c *simCluster, r *groupOpRun) error {
 	if _, ok := cm.Group(uint64(groupOpRemoved)); ok || !slices.Contains(cm.Removed, uint64(groupOpRemoved)) {
 		return fmt.Errorf("the map (epoch %d) still has group %d (removed: %v)", cm.Epoch, groupOpRemoved, cm.Removed)
 	}
+	if r.o.addGroup {
+		g, ok := cm.Group(uint64(c.groups()))
+		if !ok || len(g.Slots) == 0 {
+			return fmt.Errorf("the map (epoch %d) does not give the added group %d any slot: %+v", cm.Epoch, c.groups(), cm.Groups)
+		}
+	}
 	for _, a := range c.members[groupOpRemoved-1] {
 		if _, runs := c.s.Replica(a).(*hostNode); !c.lost[a] || runs {
 			return fmt.Errorf("group %d was removed, but its replica %d (node %d) did not retire", groupOpRemoved, a, c.node[a]+1)
@@ -413,8 +470,9 @@ func groupOpsSettled(c *simCluster, r *groupOpRun) error {
 // TestMoveSimGroupOps runs kefir cluster rebalance and remove-group's
 // production planners and driver in the move simulation with the metadata
 // group (groupOpRun): under the nemesis (10 seeds) and power cuts (5),
-// with leader crashes after steps and the operator killed after a step;
-// KEFIR_SOAK=1: 300 and 150; KEFIR_SIM_SEEDS=n: n of each.
+// and with add-group first under the nemesis (5), with leader crashes
+// after steps and the operator killed after a step; KEFIR_SOAK=1: 300, 150
+// and 150; KEFIR_SIM_SEEDS=n: n of each.
 func TestMoveSimGroupOps(t *testing.T) {
 	seeds := 10
 	if os.Getenv("KEFIR_SOAK") == "1" {
@@ -427,6 +485,8 @@ func TestMoveSimGroupOps(t *testing.T) {
 	}{
 		{"faults", moveOptions{meta: true, groupOps: true, groups: 3, faults: true, leaderCrashes: true, moverDeaths: true}, seeds},
 		{"powercuts", moveOptions{meta: true, groupOps: true, groups: 3, powerCuts: true, leaderCrashes: true, moverDeaths: true}, seeds / 2},
+		// Group 3 added first (add-group), then the rebalance fills it.
+		{"addgroup", moveOptions{meta: true, groupOps: true, addGroup: true, groups: 3, faults: true, leaderCrashes: true, moverDeaths: true}, seeds / 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sim.Explore(t, 1, max(tc.n, 1), func(seed uint64, trace io.Writer) error {

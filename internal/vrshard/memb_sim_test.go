@@ -74,6 +74,9 @@ func (c *simCluster) boot(a int) (join *simJoin, ok bool) {
 	if c.meta != nil && slices.Contains(c.meta.static, a) {
 		return nil, true
 	}
+	if a < len(c.members)*movesGroupSize && c.unadded[groupOf(a)] && !c.addedOn[a] {
+		return nil, false // a group the map does not have yet (groupop_sim_test.go)
+	}
 	if a >= len(c.members)*movesGroupSize {
 		j := c.joined[a]
 		return j, j != nil

@@ -147,7 +147,16 @@ func (c *simCluster) bootMap() *kv.ClusterMap {
 	for k := range c.seeds {
 		ms = append(ms, kcluster.Member{ID: uint64(k + 1), ClientAddr: nodeAddr(k), PeerAddr: fmt.Sprintf("peer%d", k)})
 	}
-	return kcluster.BootstrapMap(c.smap, ms)
+	sm := c.smap
+	if len(c.unadded) > 0 {
+		// Without the groups an add-group adds later (groupop_sim_test.go).
+		gs := slices.DeleteFunc(slices.Clone(sm.Groups), func(g kcluster.GroupSpec) bool { return c.unadded[g.ID] })
+		var err error
+		if sm, err = kcluster.NewSlotMap(sm.Epoch, gs); err != nil {
+			panic(err)
+		}
+	}
+	return kcluster.BootstrapMap(sm, ms)
 }
 
 // metaStepped follows metadata replica n after its step: its leader
@@ -204,6 +213,9 @@ func (c *simCluster) metaStepped(n *hostNode) {
 	}
 	if len(cm.Removed) > 0 {
 		c.retireRemoved(k, cm) // groupop_sim_test.go
+	}
+	if len(c.unadded) > 0 {
+		c.startAdded(k, cm) // groupop_sim_test.go
 	}
 	if cur := ms.routes[k]; cur == nil || cm.Epoch > cur.Epoch {
 		sm, err := kcluster.SlotMapOf(cm)

@@ -136,6 +136,12 @@ type simCluster struct {
 	// removed: the data groups a map some metadata replica applied lists
 	// removed (groupop_sim_test.go).
 	removed map[kcluster.GroupID]bool
+	// unadded: the static groups not in the cluster map until an operator
+	// adds them (add-group); addedOn: the replicas of those groups that
+	// their nodes started, having seen the group in the map
+	// (groupop_sim_test.go).
+	unadded map[kcluster.GroupID]bool
+	addedOn map[int]bool
 }
 
 func newSimCluster(groups []kcluster.GroupSpec, nodes int) *simCluster {
@@ -148,6 +154,7 @@ func newSimCluster(groups []kcluster.GroupSpec, nodes int) *simCluster {
 	c.group = make([]kcluster.GroupID, len(c.node))
 	c.members = make([][]int, len(smap.Groups))
 	c.seeds, c.lost, c.joined, c.removed = nodes, map[int]bool{}, map[int]*simJoin{}, map[kcluster.GroupID]bool{}
+	c.unadded, c.addedOn = map[kcluster.GroupID]bool{}, map[int]bool{}
 	c.tabs = make([]*kv.SlotTable, len(c.node))
 	for gi, g := range smap.Groups {
 		if g.ID != kcluster.GroupID(gi+1) || len(g.Members) != movesGroupSize {
@@ -925,6 +932,10 @@ type moveOptions struct {
 	// remove-group plan.
 	groupOps    bool
 	opKillAfter string
+	// addGroup (with groupOps): group 3 is not in the cluster map at
+	// first; the operator adds it (add-group) before the rebalance, and
+	// its members start it when their nodes see it in the map.
+	addGroup bool
 	// shrink: nodes 4 and 5 join every group of the small cluster (add-members:
 	// three to five), then nodes 1 and 2 leave them (remove-node: five to
 	// three), while the faults last (shrink_sim_test.go; with meta).
@@ -1271,6 +1282,9 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	}
 	if o.meta {
 		cl.addMeta() // meta_sim_test.go
+	}
+	if o.addGroup {
+		cl.unadded[kcluster.GroupID(groups)] = true // groupop_sim_test.go
 	}
 	var keys []string
 	for i := range w.Keys {
