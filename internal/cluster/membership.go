@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/resp"
 )
 
@@ -196,7 +197,9 @@ func (mv *Mover) WaitCaughtUp(ctx context.Context, g GroupID, members, previous,
 	if len(previous) == 0 || len(added) == 0 {
 		return nil // the group's first epoch, or nothing new in it
 	}
-	deadline := time.Now().Add(wait)
+	// On the Mover's clock (the simulation's, under it: a wait on the
+	// real clock would tie a simulated run to how fast the box runs it).
+	deadline := mv.clock().Now().Add(wait)
 	logged := false
 	for {
 		p, err := mv.GroupProgress(ctx, g)
@@ -224,7 +227,7 @@ func (mv *Mover) WaitCaughtUp(ctx context.Context, g GroupID, members, previous,
 				return nil
 			}
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		if mv.clock().Now().After(deadline) || ctx.Err() != nil {
 			if err != nil {
 				return fmt.Errorf("group %d: cannot tell whether its new members caught up: %w", g, err)
 			}
@@ -234,10 +237,7 @@ func (mv *Mover) WaitCaughtUp(ctx context.Context, g GroupID, members, previous,
 			logf("group %d: waiting for %s to catch up before changing it again", g, strings.Join(behind, ", "))
 			logged = true
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
+		_ = mv.clock().Sleep(ctx, 100*time.Millisecond) // ctx's end is seen above
 	}
 }
 
@@ -676,7 +676,11 @@ func PlanRemoveNodes(cm *kv.ClusterMap, ids []uint64) ([]GroupChange, error) {
 		}
 	}
 	var out []GroupChange
-	for _, g := range mapGroups(cm) {
+	groups := mapGroups(cm)
+	if mutation.On && MultiMut.RemoveNodesSkipsMeta.Load() {
+		groups = cm.Groups
+	}
+	for _, g := range groups {
 		ms := slices.DeleteFunc(slices.Clone(g.Members), func(id uint64) bool { return slices.Contains(ids, id) })
 		if len(ms) == len(g.Members) {
 			continue

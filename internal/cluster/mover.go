@@ -234,6 +234,11 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 		if err := record(stage); err != nil {
 			return out, err
 		}
+		if mutation.On && MultiMut.DoneBeforeCopy.Load() && stage == 0 {
+			if err := mv.recordEnd(ctx, "DONE"); err != nil {
+				return out, err
+			}
+		}
 	}
 	out.Epoch = epoch
 	e := strconv.FormatUint(epoch, 10)

@@ -566,6 +566,16 @@ type MultiMutations struct {
 	// has not applied the session's writes serves its older state
 	// (TestScanAtLevelSessionAcrossNodesReadsYourWrites).
 	ScanSessionNotCarried atomic.Bool
+	// DoneBeforeCopy: a recorded move's end (DONE) is written right after
+	// its plan, before any step: the map gives the slots to the
+	// destination while the source still holds them, so a remove-group
+	// finds the source empty and removes it mid-move (vrshard
+	// TestMoveSimGroupOpsCatchesMutations).
+	DoneBeforeCopy atomic.Bool
+	// RemoveNodesSkipsMeta: PlanRemoveNodes plans the data groups only,
+	// leaving the removed nodes in the metadata group (vrshard
+	// TestMoveSimShrinkCatchesMutations).
+	RemoveNodesSkipsMeta atomic.Bool
 }
 
 // MultiMut is the process's MultiMutations (tests only; read under mutation.On).

@@ -105,6 +105,12 @@ func TestClusterMapOps(t *testing.T) {
 	if res, err := apply(moveOp(KindMapMoveClaim, MapMove{Epoch: 2, Driver: "a", Beat: 1})); err != nil || res.Int != 2 {
 		t.Fatalf("renewal: %+v %v", res, err)
 	}
+	// The same claim again (its answer was lost, the driver retries it):
+	// the driver's own claim, answered its beat, nothing written. It
+	// took the driver's lease before (found by TestMoveSimGroupOps).
+	if res, err := apply(moveOp(KindMapMoveClaim, MapMove{Epoch: 2, Driver: "a", Beat: 1})); err != nil || res.Int != 2 || res.Version != 0 {
+		t.Fatalf("the renewal retried: %+v %v", res, err)
+	}
 	if _, err := apply(moveOp(KindMapMoveClaim, MapMove{Epoch: 2, Driver: "b", Beat: 1})); !errors.Is(err, ErrSlotTransition) {
 		t.Fatalf("a claim at a stale beat: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 )
 
 // TestReconfigureValidates: the leader refuses a member list that is not
@@ -93,5 +94,36 @@ func TestQueuedReconfigurationGoesWithTheQueue(t *testing.T) {
 	r.stepDown() // what a view change does first
 	if err := r.refuseReconfigured(); err != nil {
 		t.Fatalf("after the queue was dropped: %v", err)
+	}
+}
+
+// TestRecoveredMemberJoinsWithoutASecondRecovery: a replica that started
+// without its disk and recovered (VR §4.3) is, for the rest of its life, a
+// member whose promises are on its disk. When it then joins a later epoch
+// (it learned it by start-epoch and pulled its start state: join), it takes
+// part at once, as a member restarted from its disk does, instead of
+// recovering again: a second recovery needs a normal leader, and a new
+// epoch of two such members whose view-0 leader had to join too (it moves
+// on to view 1) had none and stood still for good (the move simulation's
+// groups of five shrinking to three, vrshard TestMoveSimShrink; fails
+// without the fix).
+func TestRecoveredMemberJoinsWithoutASecondRecovery(t *testing.T) {
+	n := newNet(t, 3)
+	n.writes(1, 100, 3, "w", nil)
+	r, err := New(testConfig(3, 3), State{LostState: true, Nonce: 77})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.rs[3] = r
+	n.tick(10*time.Millisecond, 3)
+	n.deliver(nil)
+	if i := r.Info(); i.Status != Normal {
+		t.Fatalf("replica 3 did not recover: %+v", i)
+	}
+	// A later epoch's join (what switchConfig's pull ends in).
+	r.ep.joining = true
+	r.join()
+	if i := r.Info(); i.Status == Recovering {
+		t.Fatalf("a member that recovered in this life recovers again when it joins a later epoch: %+v", i)
 	}
 }

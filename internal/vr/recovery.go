@@ -47,6 +47,16 @@ func (r *Replica) onRecoveryResponse(j int, m *Message) {
 	r.setView(top)
 	r.status, r.lnv = Normal, top
 	r.vcAbandoned = 0
+	// Recovered: what it promises from here on is on its disk (a promise
+	// is sent once durable), so a later join in this life (a member of the
+	// next epoch that learns it by start-epoch: reconfig.go, join) takes
+	// part as a member restarted from its disk, without a second
+	// recovery. Kept, the nonce sent such members into recovery again,
+	// and a new epoch of two of them and a leader of view 0 that had to
+	// join too (it moves on to view 1) stood still for good: recovery
+	// needs a normal leader, the view change their votes (the move
+	// simulation's groups of five shrinking to three, TestMoveSimShrink).
+	r.nonce = 0
 	r.nxAdopt(l.DLog)
 	r.truncate(r.recHave)
 	for _, e := range l.Entries {

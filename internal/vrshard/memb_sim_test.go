@@ -74,6 +74,9 @@ func (c *simCluster) boot(a int) (join *simJoin, ok bool) {
 	if c.meta != nil && slices.Contains(c.meta.static, a) {
 		return nil, true
 	}
+	if a < len(c.members)*movesGroupSize && c.unadded[groupOf(a)] && !c.addedOn[a] {
+		return nil, false // a group the map does not have yet (groupop_sim_test.go)
+	}
 	if a >= len(c.members)*movesGroupSize {
 		j := c.joined[a]
 		return j, j != nil
@@ -165,18 +168,32 @@ func (n *hostNode) onGroup(from sim.Addr, m moverReq) {
 	fail := func(format string, a ...any) {
 		n.replySlots(from, m.Seq, resp.Value{Kind: resp.Error, Str: fmt.Appendf(nil, format, a...)})
 	}
-	if len(args) < 5 || !strings.EqualFold(string(args[1]), "RECONFIG") || !strings.EqualFold(string(args[2]), "GROUP") {
-		fail("ERR KEFIR.GROUP: the simulated nodes serve RECONFIG GROUP <id> <node>... only")
+	sub := ""
+	if len(args) > 1 {
+		sub = strings.ToUpper(string(args[1]))
+	}
+	if len(args) < 4 || !strings.EqualFold(string(args[2]), "GROUP") || sub == "RECONFIG" && len(args) < 5 ||
+		(sub == "CONFIG" || sub == "PROGRESS") && len(args) != 4 || sub != "RECONFIG" && sub != "CONFIG" && sub != "PROGRESS" {
+		fail("ERR KEFIR.GROUP: the simulated nodes serve RECONFIG GROUP <id> <node>..., CONFIG GROUP <id> and PROGRESS GROUP <id> only")
 		return
 	}
 	gid, err := strconv.ParseUint(string(args[3]), 10, 32)
 	if err != nil || gid == 0 || (gid > uint64(c.groups()) && gid != uint64(kcluster.MetaGroupID)) {
-		fail("ERR KEFIR.GROUP RECONFIG: group %q is not a group id", args[3])
+		fail("ERR KEFIR.GROUP %s: group %q is not a group id", sub, args[3])
 		return
 	}
 	g := kcluster.GroupID(gid)
 	if uint64(g) != n.group {
 		n.replySlots(from, m.Seq, errValue(simSlots{n}.led(g)))
+		return
+	}
+	switch sub {
+	case "CONFIG":
+		// The server's writeConfig: any member answers its configuration.
+		n.replySlots(from, m.Seq, n.groupConfig(g, hostedGroup{n.r}.Membership()))
+		return
+	case "PROGRESS":
+		n.replyProgress(from, m.Seq, g) // shrink_sim_test.go
 		return
 	}
 	var ids []uint64
@@ -452,6 +469,9 @@ func (r *replaceRun) done(now time.Duration, v any, err error) {
 // after every crash, partition, power cut and lost replica.
 func replicationRestored(s *sim.Sim, c *simCluster) error {
 	for gi, ms := range c.members {
+		if c.removed[kcluster.GroupID(gi+1)] {
+			continue // its replicas retired (groupOpsSettled)
+		}
 		if err := groupRestored(s, c, kcluster.GroupID(gi+1), ms); err != nil {
 			return err
 		}

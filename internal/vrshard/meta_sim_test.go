@@ -147,7 +147,16 @@ func (c *simCluster) bootMap() *kv.ClusterMap {
 	for k := range c.seeds {
 		ms = append(ms, kcluster.Member{ID: uint64(k + 1), ClientAddr: nodeAddr(k), PeerAddr: fmt.Sprintf("peer%d", k)})
 	}
-	return kcluster.BootstrapMap(c.smap, ms)
+	sm := c.smap
+	if len(c.unadded) > 0 {
+		// Without the groups an add-group adds later (groupop_sim_test.go).
+		gs := slices.DeleteFunc(slices.Clone(sm.Groups), func(g kcluster.GroupSpec) bool { return c.unadded[g.ID] })
+		var err error
+		if sm, err = kcluster.NewSlotMap(sm.Epoch, gs); err != nil {
+			panic(err)
+		}
+	}
+	return kcluster.BootstrapMap(sm, ms)
 }
 
 // metaStepped follows metadata replica n after its step: its leader
@@ -201,6 +210,12 @@ func (c *simCluster) metaStepped(n *hostNode) {
 	ms.top = max(ms.top, cm.Epoch)
 	for _, mv := range cm.Moves {
 		ms.planned[mv.Epoch] = true
+	}
+	if len(cm.Removed) > 0 {
+		c.retireRemoved(k, cm) // groupop_sim_test.go
+	}
+	if len(c.unadded) > 0 {
+		c.startAdded(k, cm) // groupop_sim_test.go
 	}
 	if cur := ms.routes[k]; cur == nil || cm.Epoch > cur.Epoch {
 		sm, err := kcluster.SlotMapOf(cm)
@@ -370,6 +385,9 @@ func metaSettled(c *simCluster, rs []kv.SlotRange, at map[uint16]kcluster.GroupI
 	// Each group's members as its last reconfiguration answered them
 	// (SETMEMBERS after a replacement).
 	for gi, ms := range c.members {
+		if c.removed[kcluster.GroupID(gi+1)] {
+			continue // out of the map (groupop_sim_test.go)
+		}
 		var want []uint64
 		for _, a := range ms {
 			want = append(want, uint64(c.node[a]+1))
@@ -520,6 +538,34 @@ func TestMoveSimMetaCatchesMutations(t *testing.T) {
 				t.Fatalf("seed %d: PlanAfterHandOver not caught by %q: %v", seed, want, err)
 			}
 			t.Logf("caught: %s", firstLine(err))
+		})
+	}
+}
+
+// TestMoveSimMetaAbortAfterEachStep: the mover killed right after each
+// step of the first move, its move recorded, and kefir cluster move-slots
+// --abort run at once (Mover.Abort with the record: it watches the beat for
+// two leases, then claims the move to roll it back) while the metadata
+// leader's resumer watches the same beat to finish it. Two takers of one
+// recorded move, one driving the other way: the claim's compare-and-set
+// lets one win, and every checker must hold whichever does. (The resumer
+// wins at every step here: it watches the beat from its last change, the
+// abort from its own start, so an abort of a recorded move whose driver
+// died is refused — "being driven by node 1 (resumed)" — and the move is
+// finished; docs/design/cluster.md §9.)
+func TestMoveSimMetaAbortAfterEachStep(t *testing.T) {
+	for _, step := range []string{"importing", "migrating", "precopy-page", "precopy", "handover", "finalcopy", "owned"} {
+		t.Run(step, func(t *testing.T) {
+			sim.Explore(t, 1, 1, func(seed uint64, trace io.Writer) error {
+				var sum string
+				if err := moveSim(seed, trace, moveOptions{meta: true, killAfter: step, abort: true}, &sum); err != nil {
+					return err
+				}
+				if !strings.Contains(sum, "abort: rolled back") && !strings.Contains(sum, "abort: refused") {
+					return fmt.Errorf("after %s the abort did not run: %s", step, sum)
+				}
+				return nil
+			})
 		})
 	}
 }

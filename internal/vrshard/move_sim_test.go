@@ -133,6 +133,15 @@ type simCluster struct {
 	retirements int
 	// meta: the metadata group (moveOptions.meta; nil: none).
 	meta *metaState
+	// removed: the data groups a map some metadata replica applied lists
+	// removed (groupop_sim_test.go).
+	removed map[kcluster.GroupID]bool
+	// unadded: the static groups not in the cluster map until an operator
+	// adds them (add-group); addedOn: the replicas of those groups that
+	// their nodes started, having seen the group in the map
+	// (groupop_sim_test.go).
+	unadded map[kcluster.GroupID]bool
+	addedOn map[int]bool
 }
 
 func newSimCluster(groups []kcluster.GroupSpec, nodes int) *simCluster {
@@ -144,7 +153,8 @@ func newSimCluster(groups []kcluster.GroupSpec, nodes int) *simCluster {
 	c.node = make([]int, len(smap.Groups)*movesGroupSize)
 	c.group = make([]kcluster.GroupID, len(c.node))
 	c.members = make([][]int, len(smap.Groups))
-	c.seeds, c.lost, c.joined = nodes, map[int]bool{}, map[int]*simJoin{}
+	c.seeds, c.lost, c.joined, c.removed = nodes, map[int]bool{}, map[int]*simJoin{}, map[kcluster.GroupID]bool{}
+	c.unadded, c.addedOn = map[kcluster.GroupID]bool{}, map[int]bool{}
 	c.tabs = make([]*kv.SlotTable, len(c.node))
 	for gi, g := range smap.Groups {
 		if g.ID != kcluster.GroupID(gi+1) || len(g.Members) != movesGroupSize {
@@ -539,6 +549,16 @@ func (c *moveClient) route() kcluster.GroupID {
 func (c *moveClient) send() {
 	c.retry = 0
 	g := c.route()
+	if c.cl.removed[g] {
+		// A group removed from the map (groupop_sim_test.go): the client
+		// refreshes its topology (CLUSTER SLOTS, by the newest map a node
+		// routes by).
+		delete(c.cache, c.slot)
+		if sm := c.cl.latestMap(); sm != nil {
+			c.cache[c.slot] = sm.Owner(c.slot)
+		}
+		g = c.route()
+	}
 	if ms := c.cl.members[g-1]; !slices.Contains(ms, c.leader[g-1]) {
 		// Not a member (any more): a replica lost and replaced, or retired.
 		// A cluster client refreshes its topology (CLUSTER SLOTS) when a
@@ -904,6 +924,30 @@ type moveOptions struct {
 	// through the production planner (cluster.PlanNodeChange) while the
 	// faults last (drain_sim_test.go; with meta).
 	drain bool
+	// groupOps: an operator runs kefir cluster rebalance, then
+	// remove-group of group 1, through the production planners and
+	// Rebalancer (groupop_sim_test.go; with meta, three groups); the main
+	// mover is idle. opKillAfter kills the operator right after its step
+	// of that name (as killAfter) in the last move of its first
+	// remove-group plan.
+	groupOps    bool
+	opKillAfter string
+	// addGroup (with groupOps): group 3 is not in the cluster map at
+	// first; the operator adds it (add-group) before the rebalance, and
+	// its members start it when their nodes see it in the map.
+	addGroup bool
+	// shrink: nodes 4 and 5 join every group of the small cluster (add-members:
+	// three to five), then nodes 1 and 2 leave them (remove-node: five to
+	// three), while the faults last (shrink_sim_test.go; with meta).
+	shrink bool
+	// doneEarly switches cluster.MultiMut.DoneBeforeCopy on for the run (a
+	// recorded move's end written before its steps; tests with the
+	// mutations tag only).
+	doneEarly bool
+	// skipMeta switches cluster.MultiMut.RemoveNodesSkipsMeta on for the
+	// run (remove-node leaves the metadata group as it is; tests with the
+	// mutations tag only).
+	skipMeta bool
 }
 
 // moveScale is a scaled-up run's cluster and workload.
@@ -971,7 +1015,7 @@ func (r *moveRun) pick() {
 
 // next returns the Mover to run now and its move, if one is due.
 func (r *moveRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
-	if now < r.nextAt {
+	if now < r.nextAt || r.o.groupOps {
 		return nil, nil
 	}
 	if !r.running {
@@ -1044,11 +1088,14 @@ func (r *moveRun) done(now time.Duration, v any, err error) {
 		r.lastErr = err
 		r.failed = append(r.failed, fmt.Sprintf("%v: %v", r.s.Now(), err))
 		r.nextAt = now + 20*time.Millisecond // run again: it resumes from the tables
-		if r.o.meta && r.killed {
+		if r.o.meta && r.killed && !(r.o.abort && r.abort == "") {
 			// Recorded: the metadata leader's resumer takes the move over
 			// after two leases; the command is run again later, as an
 			// operator reruns it (it finds the move done, or takes it
-			// over itself after watching its beat).
+			// over itself after watching its beat). An abort
+			// (move-slots --abort) is run at once: it watches the beat
+			// for two leases as the resumer does, and one of the two
+			// claims it (TestMoveSimMetaAbortAfterEachStep).
 			r.nextAt = now + 4*metaLease
 		}
 		r.killed = false
@@ -1213,6 +1260,14 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		kcluster.MultiMut.PlanAfterHandOver.Store(true)
 		defer kcluster.MultiMut.PlanAfterHandOver.Store(false)
 	}
+	if o.skipMeta {
+		kcluster.MultiMut.RemoveNodesSkipsMeta.Store(true)
+		defer kcluster.MultiMut.RemoveNodesSkipsMeta.Store(false)
+	}
+	if o.doneEarly {
+		kcluster.MultiMut.DoneBeforeCopy.Store(true)
+		defer kcluster.MultiMut.DoneBeforeCopy.Store(false)
+	}
 	const planEnd = 1600 * time.Millisecond
 	clients, ops := 4, 80
 	w := sim.KV{Keys: 3, Get: 4, Put: 4, CAS: 1, Incr: 1, Delete: 1, Dur: level.Sync}
@@ -1227,6 +1282,9 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	}
 	if o.meta {
 		cl.addMeta() // meta_sim_test.go
+	}
+	if o.addGroup {
+		cl.unadded[kcluster.GroupID(groups)] = true // groupop_sim_test.go
 	}
 	var keys []string
 	for i := range w.Keys {
@@ -1287,6 +1345,32 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		drainer = &moverNode{run: drain, cl: cl}
 		movers++
 	}
+	// The operator of an add-members and a remove-node: a sixth coroutine.
+	var shrink *shrinkRun
+	var shrinker *moverNode
+	defer func() {
+		if shrinker != nil {
+			shrinker.stop()
+		}
+	}()
+	if o.shrink {
+		shrink = newShrink(cl)
+		shrinker = &moverNode{run: shrink, cl: cl}
+		movers++
+	}
+	// The operator of a rebalance and a remove-group: a fifth coroutine.
+	var gops *groupOpRun
+	var opsNode *moverNode
+	defer func() {
+		if opsNode != nil {
+			opsNode.stop()
+		}
+	}()
+	if o.groupOps {
+		gops = newGroupOps(cl, o)
+		opsNode = &moverNode{run: gops, cl: cl}
+		movers++
+	}
 	moveClients := newMoveClient(hostClientTimeout, cl)
 	so := sim.Options{
 		Replicas: len(cl.node), Clients: clients + movers,
@@ -1296,7 +1380,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			// the run has of the operator, the resumer and the drainer.
 			if i := int(id) - cfg.Replicas - clients; i >= 0 {
 				var cos []*moverNode
-				for _, co := range []*moverNode{mover, operator, resumer, drainer} {
+				for _, co := range []*moverNode{mover, operator, resumer, drainer, opsNode, shrinker} {
 					if co != nil {
 						cos = append(cos, co)
 					}
@@ -1331,6 +1415,13 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	if drain != nil {
 		drain.s = s
 		drain.schedule(run.faultsUntil())
+	}
+	if gops != nil {
+		gops.s = s
+	}
+	if shrink != nil {
+		shrink.s = s
+		shrink.schedule(run.faultsUntil())
 	}
 	if o.powerCuts {
 		s.PowerCuts(run.faultsUntil() - 1) // none at faultsUntil itself
@@ -1387,6 +1478,11 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	if o.meta {
 		window = 80
 	}
+	if o.groupOps {
+		// A rebalance and a remove-group: four or five moves one after
+		// the other, each a lease's wait or two when the operator died.
+		window = 120
+	}
 	h := s.Run()
 	var errs []error
 	if s.Err() == nil {
@@ -1400,7 +1496,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			}
 			return false
 		}
-		for extra := 0; extra < window && (run.running || repl.cur != nil || (resumer != nil && resumer.co != nil) || (drain != nil && !drain.finished) || busy(issued, ops)); extra++ {
+		for extra := 0; extra < window && (run.running || repl.cur != nil || (resumer != nil && resumer.co != nil) || (drain != nil && !drain.finished) || (gops != nil && gops.phase != "") || (shrink != nil && shrink.phase != "") || busy(issued, ops)); extra++ {
 			s.RunFor(100 * time.Millisecond)
 		}
 		s.RunFor(200 * time.Millisecond)
@@ -1450,6 +1546,12 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		if drain != nil && !drain.finished {
 			errs = append(errs, fmt.Errorf("the drain of node %d did not finish 4 s after the faults ended (last error: %v)", drain.old+1, drain.lastErr))
 		}
+		if gops != nil {
+			errs = append(errs, groupOpsSettled(cl, gops))
+		}
+		if shrink != nil {
+			errs = append(errs, shrunk(cl, shrink))
+		}
 		if cur := repl.cur; cur != nil {
 			errs = append(errs, fmt.Errorf("the replacement of group %d's replica %d did not finish 4 s after the faults ended (last error: %v)", cur.g, cur.lost, repl.lastErr))
 		}
@@ -1483,6 +1585,14 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			*summary += fmt.Sprintf("; %d take-overs by the metadata leader (%d finished, %d died with their node), %d maps applied, %d metadata replicas restarted with an older map",
 				resumes.runs, resumes.ok, resumes.deaths, len(cl.meta.obs), cl.meta.back)
 		}
+		if shrink != nil {
+			*summary += fmt.Sprintf("; groups of five to three: %t (%d reconfigurations, %d reruns of the commands, %d replicas retired)",
+				shrink.phase == "", shrink.changes, shrink.reruns, cl.retirements)
+		}
+		if gops != nil {
+			*summary += fmt.Sprintf("; rebalance and remove-group: %d moves (%d operator deaths, %d leader crashes after a step, %d reruns), group %d removed at map epoch %d, %d replicas retired; plans: %s",
+				gops.moves, gops.kills, gops.crashes, gops.reruns, groupOpRemoved, gops.removeAt, cl.retirements, strings.Join(gops.planned, "; "))
+		}
 		if drain != nil {
 			*summary += fmt.Sprintf("; node %d drained to node %d: %t (%d groups, %d reruns of the command)", drain.old+1, drain.nw+1, drain.finished, len(drain.spare), drain.reruns)
 		}
@@ -1499,6 +1609,16 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			}
 			if drain != nil {
 				for _, l := range drain.log {
+					fmt.Fprintln(trace, l)
+				}
+			}
+			if shrink != nil {
+				for _, l := range shrink.log {
+					fmt.Fprintln(trace, l)
+				}
+			}
+			if gops != nil {
+				for _, l := range gops.log {
 					fmt.Fprintln(trace, l)
 				}
 			}
@@ -1570,6 +1690,11 @@ func TestMoveSimReplaysExactly(t *testing.T) {
 		// mover (seed 3), and a drain: four coroutines.
 		{3, moveOptions{meta: true, faults: true, leaderCrashes: true, moverDeaths: true, replace: 1}},
 		{2, moveOptions{meta: true, drain: true, scale: &moveScale{nodes: 9, groups: 12, keys: 8, clients: 6, ops: 60}, faults: true, leaderCrashes: true, moverDeaths: true}},
+		// Rebalance and remove-group (seed 6: the operator dies and the
+		// resumer takes its move over), and groups of five shrinking to
+		// three beside the mover.
+		{6, moveOptions{meta: true, groupOps: true, groups: 3, faults: true, leaderCrashes: true, moverDeaths: true}},
+		{1, moveOptions{meta: true, shrink: true, faults: true, leaderCrashes: true, moverDeaths: true}},
 	} {
 		seed, o := tc.seed, tc.o
 		var a, b bytes.Buffer
