@@ -366,6 +366,14 @@ func (a simSlots) SlotClients(id kcluster.GroupID, at uint64) ([]uint64, [][]byt
 	return kcluster.ClientRows(a.n.r.db, at)
 }
 
+func (a simSlots) SlotViews(id kcluster.GroupID, at uint64) ([]kv.GroupViews, error) {
+	if err := a.led(id); err != nil {
+		return nil, err
+	}
+	views, top := a.n.r.MoveViews(uint32(id))
+	return kcluster.MoveViewsAt(views, top, at, id)
+}
+
 func (a simSlots) SlotStats(id kcluster.GroupID, cursor []byte, limit int, since, until uint64) (kcluster.SlotStatsPage, error) {
 	if err := a.led(id); err != nil {
 		return kcluster.SlotStatsPage{}, err
