@@ -34,8 +34,10 @@ import (
 //  3. hand-over at S: R none, peer D (S's fence refuses R from this op on;
 //     requests for R are held: forwarded and retried, until step 5).
 //  4. final copy: S's keys of R with a version above v0, S's frozen state,
-//     a deletion at D of every key of R that S does not have, and S's
-//     client rows as of the hand-over (request marks).
+//     a deletion at D of every key of R that S does not have, S's
+//     client rows as of the hand-over (request marks), and S's view
+//     history with the copies of other groups' it holds (view copies, an
+//     op of their own: viewCopies).
 //  5. D: R owned at E. Routing follows the tables (every node hosting D
 //     routes R to it); the source's copy is purged (deletions at S).
 type Mover struct {
