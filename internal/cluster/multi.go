@@ -505,10 +505,11 @@ type sessionViewer interface {
 // nothing of the old group's log, but the old group's replica on this node
 // does (docs/design/cluster.md §8). Where the old group is not hosted, has
 // not applied that far, or no longer exists, the copies of its view
-// history that moves brought to the hosted groups judge the part — the
-// key's new group's copy in particular, which its replica applied before
-// the take-over that lets it serve the key (kv/viewcopy.go). The cost: per
-// part of another group, one binary search per hosted group.
+// history that moves brought to the hosted groups judge the part once the
+// read was served (otherParts, called again after it) — the key's new
+// group's copy in particular, which its replica applied before the
+// take-over that lets it serve the key (kv/viewcopy.go). The cost: per
+// part of another group, one binary search per hosted group, each time.
 func (m *Multi) sessionAt(g *localGroup, c level.Consistency, s shard.Session) (shard.Session, error) {
 	if err := m.otherParts(g, c, s, false); err != nil {
 		return shard.Session{}, err
