@@ -101,3 +101,19 @@ func TestSlotImportViewCopies(t *testing.T) {
 		t.Fatalf("a view copy's key is not reserved: %v", err)
 	}
 }
+
+// The check a session read makes per part of another group per hosted
+// group with a copy: one binary search over the group's view changes
+// (1,000 here: far more than a group sees).
+func BenchmarkViewCopyView(b *testing.B) {
+	c := ViewCopy{Top: 1 << 40}
+	for i := range 1000 {
+		c.Starts = append(c.Starts, ViewStart{Op: uint64(i)<<20 + 1, View: uint64(i + 1)})
+	}
+	b.Logf("1,000 rows: %d bytes encoded", len(AppendViewCopy(nil, c)))
+	for i := 0; b.Loop(); i++ {
+		if _, ok := c.View(uint64(i)<<10 + 1); !ok {
+			b.Fatal("not covered")
+		}
+	}
+}
