@@ -34,8 +34,10 @@ import (
 //  3. hand-over at S: R none, peer D (S's fence refuses R from this op on;
 //     requests for R are held: forwarded and retried, until step 5).
 //  4. final copy: S's keys of R with a version above v0, S's frozen state,
-//     a deletion at D of every key of R that S does not have, and S's
-//     client rows as of the hand-over (request marks).
+//     a deletion at D of every key of R that S does not have, S's
+//     client rows as of the hand-over (request marks), and S's view
+//     history with the copies of other groups' it holds (view copies, an
+//     op of their own: viewCopies).
 //  5. D: R owned at E. Routing follows the tables (every node hosting D
 //     routes R to it); the source's copy is purged (deletions at S).
 type Mover struct {
@@ -153,6 +155,7 @@ type MoveResult struct {
 	Rounds          int // the pre-copy's rounds
 	Deleted, Purged int // keys deleted at the destination, purged at the source
 	Marks           int // request marks (client-table rows) taken to the destination
+	ViewCopies      int // view histories taken to the destination (the source's own and the copies it held)
 	Resumed         string
 	PreCopy, Freeze time.Duration
 	Total           time.Duration
@@ -354,6 +357,9 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 			return out, fmt.Errorf("move-slots: request marks: %w", err)
 		}
 		out.Marks = len(marks) / 3
+		if out.ViewCopies, err = mv.viewCopies(ctx, from, to, hv.Int); err != nil {
+			return out, err
+		}
 		mv.after("finalcopy")
 		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(to), "owned", g(from), e, ranges); err != nil {
 			return out, fmt.Errorf("move-slots: group %d takes the slots: %w", to, err)
@@ -383,6 +389,56 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 	mv.logf("moved %s from group %d to group %d at epoch %d: %d keys pre-copied, %d in the final copy, %d deleted, %d purged; pre-copy %v, hand-over %v",
 		ranges, from, to, epoch, out.Copied, out.Final, out.Deleted, out.Purged, out.PreCopy.Round(time.Millisecond), out.Freeze.Round(time.Millisecond))
 	return out, nil
+}
+
+// viewCopies takes to group to, with the final copy and before the
+// take-over, group from's view history as of the hand-over (version at; 0:
+// a resumed move, whatever the leader applied, which is past it) and the
+// copies of other groups' histories from holds (kv/viewcopy.go): the
+// destination's replicas then judge a session's part of from — a cad or
+// async write a view change dropped at from before the hand-over — at a
+// read of the moved keys, wherever from is hosted, and after from is gone
+// (docs/design/cluster.md §8). Every replica of to that serves the slots
+// applied the take-over, and so this op first. They go in an op of their
+// own: a destination leader of an older build refuses it whole (its key
+// check: the copy's key is reserved), and a source of one does not know
+// VIEWS; either way the move goes on without the copies, as before.
+func (mv *Mover) viewCopies(ctx context.Context, from, to GroupID, at int64) (int, error) {
+	g := func(id GroupID) string { return strconv.FormatUint(uint64(id), 10) }
+	v, err := mv.do(ctx, "KEFIR.SLOTS", "VIEWS", g(from), strconv.FormatInt(at, 10))
+	if err != nil {
+		if strings.Contains(err.Error(), "unknown subcommand") {
+			mv.logf("group %d's leader keeps no view history for moves (an older build): its sessions' lost writes are judged only where it is read", from)
+			return 0, nil
+		}
+		return 0, fmt.Errorf("move-slots: group %d's view history: %w", from, err)
+	}
+	var entries [][]byte
+	for i := 0; i+2 < len(v.Elems); i += 3 {
+		gid := uint64(v.Elems[i].Int)
+		if gid == uint64(to) || gid > 1<<32-1 {
+			continue // to's own history is longer than any copy of it
+		}
+		c, err := kv.DecodeViewCopy(v.Elems[i+2].Str)
+		if err != nil {
+			return 0, fmt.Errorf("move-slots: group %d's copy of group %d's view history: %w", from, gid, err)
+		}
+		entries = kv.AppendSlotViews(entries, uint32(gid), c)
+	}
+	if mutation.On && MultiMut.NoViewCopies.Load() {
+		entries = nil // Deliberately broken (tests): none taken.
+	}
+	if len(entries) == 0 {
+		return 0, nil
+	}
+	if err := mv.load(ctx, to, entries, false); err != nil {
+		if strings.Contains(err.Error(), "reserved") {
+			mv.logf("group %d's leader refused the view copies (an older build): sessions' lost writes at group %d are judged only where it is read", to, from)
+			return 0, nil
+		}
+		return 0, fmt.Errorf("move-slots: view copies to group %d: %w", to, err)
+	}
+	return len(entries) / 3, nil
 }
 
 // maxRounds bounds the pre-copy's rounds.

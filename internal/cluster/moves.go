@@ -281,6 +281,40 @@ func (m *Multi) SlotClients(id GroupID, at uint64) (ids []uint64, rows [][]byte,
 	return ids, rows, nil
 }
 
+// viewMover is a replica that gives a move its group's view history and
+// the view copies its group imported (vrshard.Replica.MoveViews).
+type viewMover interface {
+	MoveViews(gid uint32) (views []kv.GroupViews, top uint64)
+}
+
+// SlotViews returns what a move of group id's slots takes to the
+// destination with its final copy (kv/viewcopy.go): group id's view history
+// at its leader here, then the copies of other groups it holds. at is the
+// hand-over's version: a leader whose history does not reach it yet (new,
+// still applying) answers TRYAGAIN, so that the copy covers every op the
+// slots' sessions can name at the source. A replica that keeps no history
+// gives none.
+func (m *Multi) SlotViews(id GroupID, at uint64) ([]kv.GroupViews, error) {
+	g, err := m.led(id)
+	if err != nil {
+		return nil, err
+	}
+	vm, ok := g.h.Replica.(viewMover)
+	if !ok {
+		return nil, nil
+	}
+	views, top := vm.MoveViews(g.spec.gid())
+	return MoveViewsAt(views, top, at, id)
+}
+
+// MoveViewsAt is SlotViews's answer from a replica's MoveViews.
+func MoveViewsAt(views []kv.GroupViews, top, at uint64, id GroupID) ([]kv.GroupViews, error) {
+	if top < at {
+		return nil, &ReplyError{fmt.Sprintf("TRYAGAIN group %d's leader has applied its history to op %d, not yet to the hand-over's %d", id, top, at)}
+	}
+	return views, nil
+}
+
 // slotClientEnd ends the range of the request marks' keys
 // (kv.SlotClientPrefix with its last byte, '/', incremented).
 var slotClientEnd = append(kv.SlotClientPrefix[:len(kv.SlotClientPrefix)-1:len(kv.SlotClientPrefix)-1], '0')

@@ -469,6 +469,9 @@ func (m *Multi) Read(ctx context.Context, op kv.Op, c level.Consistency, s shard
 	res, err := g.h.Replica.Read(ctx, op, c, gs)
 	res.Group = g.spec.gid()
 	if err == nil {
+		if err := m.otherParts(g, c, s, true); err != nil {
+			return kv.Result{}, err
+		}
 		m.reads.add(slot)
 	}
 	return res, m.refusal(err, slot, g.spec.ID)
@@ -489,9 +492,12 @@ func (g *localGroup) session(s shard.Session) shard.Session {
 }
 
 // sessionViewer is a replica that judges a session's part of its group
-// without waiting (vrshard.Replica.SessionViews).
+// without waiting (vrshard.Replica.SessionViews), and a part of another
+// group by the copy of that group's view history its group imported with a
+// move (CopiedSessionViews, kv/viewcopy.go).
 type sessionViewer interface {
 	SessionViews(s shard.Session) error
+	CopiedSessionViews(gid uint32, s shard.Session) error
 }
 
 // sessionAt returns the part of s that g's replica serves a read at level c
@@ -502,27 +508,59 @@ type sessionViewer interface {
 // (shard.ErrSessionLost), not only at the group that dropped it. This is
 // what carries the detection across a slot move: the key's new group has
 // nothing of the old group's log, but the old group's replica on this node
-// does (docs/design/cluster.md §8). Parts of groups not hosted here, or not
-// applied that far here, are judged where they are read.
+// does (docs/design/cluster.md §8). Where the old group is not hosted, has
+// not applied that far, or no longer exists, the copies of its view
+// history that moves brought to the hosted groups judge the part once the
+// read was served (otherParts, called again after it) — the key's new
+// group's copy in particular, which its replica applied before the
+// take-over that lets it serve the key (kv/viewcopy.go). The cost: per
+// part of another group, one binary search per hosted group, each time.
 func (m *Multi) sessionAt(g *localGroup, c level.Consistency, s shard.Session) (shard.Session, error) {
-	if c.Kind == level.Session && len(s.Groups) > 0 && !(mutation.On && MultiMut.OtherPartsUnchecked.Load()) {
-		set := m.hs()
-		for _, p := range s.Groups {
-			if p.Group == g.spec.gid() || (!p.WriteViewKnown && !p.ReadViewKnown) {
+	if err := m.otherParts(g, c, s, false); err != nil {
+		return shard.Session{}, err
+	}
+	return g.session(s), nil
+}
+
+// otherParts checks, at level session, s's parts of groups other than g:
+// before a read (copies false) at the hosted replicas of those groups, after
+// it (copies true) by the view copies every hosted group holds. The copies
+// are consulted only once the read was served: its group's replica served
+// the slot, so it applied the take-over and, before it, the import that
+// brought the copy (published no later: vrshard's flush), while a check
+// before the read could run just before both applied.
+func (m *Multi) otherParts(g *localGroup, c level.Consistency, s shard.Session, copies bool) error {
+	if c.Kind != level.Session || len(s.Groups) == 0 || (mutation.On && MultiMut.OtherPartsUnchecked.Load()) {
+		return nil
+	}
+	if copies && mutation.On && MultiMut.CopiesUnchecked.Load() {
+		return nil
+	}
+	for _, p := range s.Groups {
+		if p.Group == g.spec.gid() || (!p.WriteViewKnown && !p.ReadViewKnown) {
+			continue
+		}
+		ps := s.For(p.Group)
+		for _, og := range m.hs().local {
+			sv, ok := og.h.Replica.(sessionViewer)
+			if !ok {
 				continue
 			}
-			og := set.byID[GroupID(p.Group)]
-			if og == nil {
-				continue
-			}
-			if sv, ok := og.h.Replica.(sessionViewer); ok {
-				if err := sv.SessionViews(s.For(p.Group)); err != nil {
-					return shard.Session{}, fmt.Errorf("group %d: %w", p.Group, err)
+			var err error
+			switch {
+			case og.spec.gid() == p.Group:
+				if !copies {
+					err = sv.SessionViews(ps)
 				}
+			case copies:
+				err = sv.CopiedSessionViews(p.Group, ps)
+			}
+			if err != nil {
+				return fmt.Errorf("group %d: %w", p.Group, err)
 			}
 		}
 	}
-	return g.session(s), nil
+	return nil
 }
 
 // MultiMutations are Multi's deliberate bugs (internal/mutation), which the
@@ -535,6 +573,13 @@ type MultiMutations struct {
 	// so a write lost in another group goes unreported there (server
 	// TestSessionLostInOneGroupIsLostAtEvery).
 	OtherPartsUnchecked atomic.Bool
+	// CopiesUnchecked: a session read checks the other groups' parts only
+	// at the hosted replicas of those groups, not against the view copies
+	// moves brought (server TestSessionLostAtANodeThatDoesNotHostItsGroup).
+	CopiesUnchecked atomic.Bool
+	// NoViewCopies: a move takes no view history to the destination
+	// (server TestSessionLostAtANodeThatDoesNotHostItsGroup).
+	NoViewCopies atomic.Bool
 	// StaleMap, "routing on a stale map": the routing decision (SlotOwner,
 	// RefusalTarget) goes by the cached map alone, ignoring the hosted
 	// groups' tables and the peer a group's refusal names (vrshard's
@@ -640,6 +685,9 @@ func (m *Multi) ReadKey(key []byte, c level.Consistency, s shard.Session) ([]byt
 	}
 	v, ver, found, err := g.h.Replica.ReadKey(key, c, gs)
 	if err == nil {
+		if err := m.otherParts(g, c, s, true); err != nil {
+			return nil, 0, false, err
+		}
 		m.reads.add(slot)
 	}
 	return v, ver, found, m.refusal(err, slot, g.spec.ID)
@@ -665,6 +713,10 @@ func (m *Multi) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistency,
 	res, p, err := g.h.Replica.ReadDeferred(ctx, op, c, gs)
 	res.Group = g.spec.gid()
 	if err == nil {
+		// A deferred read passed its fence before it was deferred.
+		if err := m.otherParts(g, c, s, true); err != nil {
+			return kv.Result{}, shard.Pending{}, err
+		}
 		m.reads.add(slot)
 	}
 	return res, p, m.refusal(err, slot, g.spec.ID)

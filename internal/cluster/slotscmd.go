@@ -37,6 +37,10 @@ import (
 //	KEFIR.SLOTS CLIENTS g at                     the group's client-table rows as of version at,
 //	                                             or the marks it imported if later (ClientRows):
 //	                                             [id (8 bytes) row]... (a move's request marks)
+//	KEFIR.SLOTS VIEWS g at                       the group's view history (its applied ops', once they
+//	                                             reach version at, else -TRYAGAIN) and the view copies it
+//	                                             imported: [group top rows]... (rows: kv.AppendViewCopy's;
+//	                                             a move's view copies, kv/viewcopy.go)
 //	KEFIR.SLOTS STATS g cursor limit since [until]
 //	                                             per-slot counts over up to limit keys from cursor on:
 //	                                             [next-cursor, the engine's version before the page,
@@ -60,6 +64,7 @@ type SlotAdmin interface {
 	SlotTable(id GroupID) (*kv.SlotTable, error)
 	SlotDump(id GroupID, slots func(uint16) bool, cursor []byte, limit int, since uint64) (Dump, error)
 	SlotClients(id GroupID, at uint64) (ids []uint64, rows [][]byte, err error)
+	SlotViews(id GroupID, at uint64) ([]kv.GroupViews, error)
 	SlotStats(id GroupID, cursor []byte, limit int, since, until uint64) (SlotStatsPage, error)
 	// Slots is the map INIT without ranges takes the group's slots from.
 	Slots() *SlotMap
@@ -130,7 +135,7 @@ func SlotsCommand(a SlotAdmin, args [][]byte) (SlotsCmd, error) {
 	c := SlotsCmd{Group: id, sub: sub}
 	// Each subcommand's argument count, least and most (an optional last
 	// argument: INIT's ranges, SET's beat, STATS's until).
-	nargs := map[string][2]int{"TABLE": {3, 3}, "INIT": {4, 5}, "SET": {7, 8}, "DUMP": {8, 8}, "CLIENTS": {4, 4}, "STATS": {6, 7}}
+	nargs := map[string][2]int{"TABLE": {3, 3}, "INIT": {4, 5}, "SET": {7, 8}, "DUMP": {8, 8}, "CLIENTS": {4, 4}, "VIEWS": {4, 4}, "STATS": {6, 7}}
 	if n, ok := nargs[sub]; ok && (len(args) < n[0] || len(args) > n[1]) {
 		return c, slotsErrf("ERR wrong number of arguments for 'kefir.slots|%s' command", strings.ToLower(sub))
 	}
@@ -243,6 +248,21 @@ func SlotsCommand(a SlotAdmin, args [][]byte) (SlotsCmd, error) {
 		}
 		c.Reply = respArray(es)
 		return c, nil
+	case "VIEWS":
+		at, err := strconv.ParseUint(string(args[3]), 10, 64)
+		if err != nil {
+			return c, slotsErrf("ERR KEFIR.SLOTS VIEWS: version %q is not an integer", args[3])
+		}
+		vs, err := a.SlotViews(id, at)
+		if err != nil {
+			return c, err
+		}
+		es := make([]resp.Value, 0, 3*len(vs))
+		for _, v := range vs {
+			es = append(es, respInt(int64(v.Group)), respInt(int64(v.Top)), respBulk(kv.AppendViewCopy(nil, v.ViewCopy)))
+		}
+		c.Reply = respArray(es)
+		return c, nil
 	case "STATS":
 		limit, err1 := strconv.Atoi(string(args[4]))
 		since, err2 := strconv.ParseUint(string(args[5]), 10, 64)
@@ -290,5 +310,5 @@ func SlotsCommand(a SlotAdmin, args [][]byte) (SlotsCmd, error) {
 		c.Write, c.Op = true, op
 		return c, nil
 	}
-	return c, slotsErrf("ERR unknown subcommand '%s' of KEFIR.SLOTS (TABLE, INIT, SET, DUMP, LOAD, CLIENTS, STATS)", strings.ToLower(sub))
+	return c, slotsErrf("ERR unknown subcommand '%s' of KEFIR.SLOTS (TABLE, INIT, SET, DUMP, LOAD, CLIENTS, VIEWS, STATS)", strings.ToLower(sub))
 }

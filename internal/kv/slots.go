@@ -645,6 +645,18 @@ func applySlotImport(get Getter, t *SlotTable, version uint64, op *Op, emit Emit
 			}
 			continue
 		}
+		if bytes.Equal(op.Keys[i+1], slotViewsMark) {
+			if _, ok := SlotViewsGroup(op.Keys[i]); !ok {
+				return Result{}, fmt.Errorf("%w: slot import: a view copy's key", ErrInvalidOp)
+			}
+			if t == nil || !slices.ContainsFunc(t.e[:], func(e SlotEntry) bool { return e.State == SlotImporting }) {
+				return Result{}, fmt.Errorf("%w: view copies come with slots being imported", ErrSlotTransition)
+			}
+			if _, err := DecodeViewCopy(op.Keys[i+2]); err != nil {
+				return Result{}, err
+			}
+			continue
+		}
 		if err := CheckKey(op.Keys[i]); err != nil {
 			return Result{}, err
 		}
@@ -679,6 +691,10 @@ func applySlotImport(get Getter, t *SlotTable, version uint64, op *Op, emit Emit
 				continue // a later mark of the client came with an earlier move
 			}
 			put(emit, mk, payload, nil)
+		case bytes.Equal(meta, slotViewsMark):
+			if err := applySlotViews(get, key, payload, emit); err != nil {
+				return Result{}, err
+			}
 		case bytes.Equal(meta, slotTomb):
 			_, _, _, ok, err := get(key)
 			if err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/kefirdb/kefir/internal/core"
@@ -273,7 +274,13 @@ func (r *Replica) writeSessionCheck(s shard.Session) error {
 // they are committed, so a mismatch is final. Call it once applied >= the
 // token's versions (waitSession).
 func (r *Replica) checkSessionViews(s shard.Session) error {
-	h := r.views.Load()
+	return sessionViewsIn(r.views.Load().opView, s, "", r.opts.Chain != nil)
+}
+
+// sessionViewsIn fails s if it names, at an op view knows, another view
+// than view's; by says whose history judged it (empty: this replica's);
+// chain: the history is a chain member's, its views the head's epochs.
+func sessionViewsIn(view func(uint64) (uint64, bool), s shard.Session, by string, chain bool) error {
 	for _, p := range [2]struct {
 		what  string
 		v     uint64
@@ -283,15 +290,93 @@ func (r *Replica) checkSessionViews(s shard.Session) error {
 		if !p.known {
 			continue
 		}
-		if view, ok := h.opView(p.v); ok && view != p.view {
-			if r.opts.Chain != nil {
+		if view, ok := view(p.v); ok && view != p.view {
+			if chain {
 				// A chain's view is the epoch its head numbered the
 				// update in (chainsession.go).
 				return chainViewLost(p.what, p.v, p.view, view)
 			}
-			return fmt.Errorf("%w: the session %s version %d of view %d, but op %d was committed in view %d (a view change dropped the write before a majority held it); start a new session",
-				shard.ErrSessionLost, p.what, p.v, p.view, p.v, view)
+			return fmt.Errorf("%w: the session %s version %d of view %d, but op %d was committed in view %d%s (a view change dropped the write before a majority held it); start a new session",
+				shard.ErrSessionLost, p.what, p.v, p.view, p.v, view, by)
 		}
 	}
 	return nil
+}
+
+// View copies (kv/viewcopy.go): the view histories of other groups that
+// this replica's group imported with slots it took over. A session read at
+// a node of several groups judges the token's parts of other groups against
+// them (cluster.Multi.sessionAt), so that the group a key moved to reports a
+// write the key's old group lost even where that group is not hosted, has
+// not applied that far, or no longer exists.
+
+// loadViewCopies reads the copies from the engine and publishes them: at
+// start, after a snapshot, and after each batch that applied a slot op (an
+// import may carry one).
+func (a *applier) loadViewCopies() error {
+	cs := map[uint32]kv.ViewCopy{}
+	err := a.db.Scan(kv.SlotViewsPrefix, kv.SlotViewsEnd, 0, 0, func(k []byte, v storage.Value) bool {
+		g, ok := kv.SlotViewsGroup(k)
+		if !ok {
+			return true
+		}
+		// The import decoded it before writing it: a copy that does not
+		// decode was not written by an op, and judges nothing.
+		if c, err := kv.DecodeViewCopy(v.Data); err == nil {
+			cs[g] = c
+		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("vrshard: load view copies: %w", err)
+	}
+	a.copies.Store(&cs)
+	return nil
+}
+
+// CopiedSessionViews fails s (a one-log session of group gid, another group
+// than this replica's) if the copy of gid's view history this replica's
+// group imported with a move names, at an op it covers, another view than
+// s's: a write or read the session saw there was dropped by a view change.
+// Without a copy of gid, or for versions above its top, it judges nothing.
+// Every row of a copy describes committed ops of gid, so a mismatch is
+// final. The cost is a binary search over gid's view changes.
+func (r *Replica) CopiedSessionViews(gid uint32, s shard.Session) error {
+	cs := r.app.copies.Load()
+	if cs == nil {
+		return nil
+	}
+	c, ok := (*cs)[gid]
+	if !ok {
+		return nil
+	}
+	return sessionViewsIn(c.View, s, fmt.Sprintf(" (by the copy of group %d's view history a move brought to this group, up to op %d)", gid, c.Top), false)
+}
+
+// MoveViews returns what a move of this group's slots takes to the
+// destination with its final copy (KEFIR.SLOTS VIEWS): this replica's view
+// history as group gid's copy — its published history, whose rows describe
+// committed ops and which reaches the last applied op (top) — then the
+// copies of other groups its group imported itself, so that they travel on
+// with a later move (a slot moved A→B→C leaves C able to judge A's part).
+// A copy of gid itself (a slot that came back) is left out: the history
+// of gid is the longer.
+func (r *Replica) MoveViews(gid uint32) (views []kv.GroupViews, top uint64) {
+	if h := r.views.Load(); h != nil {
+		own := kv.GroupViews{Group: gid, ViewCopy: kv.ViewCopy{Top: h.top, Starts: make([]kv.ViewStart, 0, len(h.starts))}}
+		for _, s := range h.starts {
+			if s.op <= h.top {
+				own.Starts = append(own.Starts, kv.ViewStart{Op: s.op, View: s.view})
+			}
+		}
+		views, top = append(views, own), h.top
+	}
+	if cs := r.app.copies.Load(); cs != nil {
+		for _, g := range slices.Sorted(maps.Keys(*cs)) {
+			if g != gid {
+				views = append(views, kv.GroupViews{Group: g, ViewCopy: (*cs)[g]})
+			}
+		}
+	}
+	return views, top
 }

@@ -79,6 +79,9 @@ type applier struct {
 	viewsChanged bool
 	// nreserved is reservedRows as of the last Append, for Status.
 	nreserved atomic.Int64
+	// copies are the view copies the group imported, by source group, as
+	// of the last Append (any goroutine; engine_mark.go).
+	copies atomic.Pointer[map[uint32]kv.ViewCopy]
 
 	// The group's slot table (kv/slots.go), the fence every write passes at
 	// apply: slots is the table as of the op being evaluated when slotsOK
@@ -151,6 +154,9 @@ func (a *applier) loadRows() error {
 	a.rows = rows
 	a.nrows.Store(int64(len(rows)))
 	a.publishTxLocked()
+	if err := a.loadViewCopies(); err != nil {
+		return err
+	}
 	return a.loadSlots()
 }
 
@@ -290,6 +296,12 @@ func (a *applier) flush() error {
 		// Published before the batch's replies are released: a read that
 		// starts after a hand-over was acknowledged is fenced by it.
 		a.slotsOK = false
+		// An import may have brought a view copy: published before the
+		// table, so that a read the take-over lets through (in this batch
+		// or a later one) finds the copy (cluster.Multi.otherParts).
+		if err := a.loadViewCopies(); err != nil {
+			return err
+		}
 		if err := a.loadSlots(); err != nil {
 			return err
 		}
