@@ -75,3 +75,51 @@ func TestInlineStepWaitsForQueuedBatches(t *testing.T) {
 		t.Fatal("an idle driver's round never ran inline")
 	}
 }
+
+// An inline round that waits for the fsync in flight (awaitSync: a roll, a
+// recovering replica's first normal round) gets its result even when run,
+// idle in its select, took it from syncDone first: run gives it back rather
+// than wait for the driver with it (the deadlock TestChainJoinPagedUnderWrites
+// found). Here the test's goroutine is the inline round.
+func TestRunGivesBackAFsyncResultAnInlineRoundAwaits(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.leader(5 * time.Second)
+	f := c.reps[(lead+1)%3]
+	held := false
+	for deadline := time.Now().Add(5 * time.Second); !held && time.Now().Before(deadline); {
+		if held = f.tryDriver(); !held {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if !held {
+		t.Fatal("the driver was never idle")
+	}
+	for f.syncing != 0 { // the inline round's own fsync in flight, if any: not this test's
+		if err := f.awaitSync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An fsync that covers nothing new, handed to the syncer as startSync
+	// does; its result reaches syncDone while this round holds the driver.
+	f.syncing = f.synced0 + 1
+	seg, seq := f.wal.seg, f.synced0
+	f.exec.syncLog(func() {
+		res := syncResult{seq: seq, err: seg.Sync()}
+		if !f.syncedInline(res) {
+			f.syncDone <- res
+		}
+	})
+	time.Sleep(50 * time.Millisecond) // run, idle in its select, takes it
+	done := make(chan error, 1)
+	go func() { done <- f.awaitSync() }()
+	select {
+	case err := <-done:
+		f.endInline(err)
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		f.drv.Unlock() // let run go, so the cluster can close
+		t.Fatal("the inline round's awaitSync never got the fsync's result: run kept it")
+	}
+}
