@@ -183,11 +183,7 @@ func (r *Replica) sendFromMaster(to uint64, m *chain.Msg) {
 	if to == r.cfg.Self {
 		c := *m
 		c.Members, c.Path = slices.Clone(m.Members), slices.Clone(m.Path)
-		select {
-		case r.inbox <- inbound{from: to, batch: &chainBatch{[]chain.Msg{c}}}:
-		case <-r.stop:
-		case <-r.done:
-		}
+		r.queueInbound(inbound{from: to, batch: &chainBatch{[]chain.Msg{c}}})
 		return
 	}
 	if err := r.ep.Send(to, chainwire.Payload(m)); err != nil && !errors.Is(err, transport.ErrClosed) {

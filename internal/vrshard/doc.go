@@ -5,9 +5,12 @@
 // implements shard.Replica, so the RESP front door serves a replicated shard
 // unchanged.
 //
-// One driver goroutine owns the core. Each round it takes every waiting
-// client write (one batch), peer message and read request, then performs the
-// core's Ready actions (internal/vr doc.go, "The driver's obligations"):
+// One driver owns the core: its rounds run one at a time, under a lock, on
+// the driver goroutine, or, when that is idle, on the peer reader or the
+// syncer that brings a peer batch or a finished fsync (inline.go: one
+// goroutine hand-off fewer). Each round it takes every waiting client write
+// (one batch), peer message and read request, then performs the core's
+// Ready actions (internal/vr doc.go, "The driver's obligations"):
 //
 //  1. Persist: the batch's snapshot point, truncation, entries and hard state
 //     go to the replication log (wal.go: segmented, CRC-checked, on vfs) as

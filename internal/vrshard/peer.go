@@ -81,7 +81,8 @@ func (r *Replica) closeEndpoint() {
 
 // deliver decodes one batch of the group's messages from peer `from` (on
 // the connection's reader goroutine, as before groups) with the engine's
-// codec (peerEngine.Decode) and hands it to the driver. A message that does not
+// codec (peerEngine.Decode) and hands it to the driver, or steps it here
+// when the driver is idle (stepInline). A message that does not
 // decode, or does not come from `from` to this replica, fails the batch and
 // the transport closes the connection.
 func (r *Replica) deliver(from uint64, in []frame.Message) error {
@@ -89,10 +90,9 @@ func (r *Replica) deliver(from uint64, in []frame.Message) error {
 	if err != nil {
 		return err
 	}
-	select {
-	case r.inbox <- inbound{from: from, batch: b, at: traceNow()}:
-	case <-r.stop:
-	case <-r.done: // failed: the connection's other groups go on
+	ib := inbound{from: from, batch: b, at: traceNow()}
+	if !r.stepInline(ib) { // an idle driver's round runs here (inline.go)
+		r.queueInbound(ib)
 	}
 	return nil
 }

@@ -794,6 +794,31 @@ type Replica struct {
 	stop  chan struct{}
 	done  chan struct{}
 
+	// The driver's rounds run under drv, on run's goroutine or, when the
+	// driver is idle, on a peer reader's or the syncer's that brings an
+	// event (inline.go): one goroutine hand-off fewer per event.
+	drv sync.Mutex
+	// drvLive: run has started and not returned; no inline round runs
+	// otherwise (REQUIRES: drv).
+	drvLive bool
+	// runTimerC is the hold timer's channel run selects on (REQUIRES:
+	// drv); an inline round that changes gc.timerC wakes run (drvKick).
+	runTimerC <-chan time.Time
+	// drvKick (capacity 1) makes run look again: an inline round failed
+	// the replica or armed the hold timer.
+	drvKick chan struct{}
+	// inPending counts the peer batches queued on inbox and not yet
+	// stepped: a reader steps its batch inline only when it is 0, so
+	// no batch overtakes one queued before it.
+	inPending atomic.Int64
+	// syncerRound: the syncer is running a round inline (inline.go); the
+	// next fsync starts at its end, on that same goroutine's next turn.
+	syncerRound bool
+	// inlineRound: the round runs inline (REQUIRES: drv); its sends write
+	// to an idle link on the spot (send), with push as their argument.
+	inlineRound bool
+	push        [1]transport.Outbound
+
 	// Driver goroutine state.
 	waitID     map[idKey][]*proposal
 	waitLocal  map[uint64]*proposal
@@ -966,7 +991,10 @@ type Replica struct {
 		// logWrites: the log writes the driver's Readies made (one per
 		// Ready that had something to write; a chain member's hard state
 		// on its own included: BenchmarkChainSyncWrite).
-		logWrites                                                                                                                     atomic.Uint64
+		logWrites atomic.Uint64
+		// inlineSteps, inlineSyncs: peer batches and log fsyncs whose
+		// driver round ran on the reader's or syncer's goroutine (inline.go).
+		inlineSteps, inlineSyncs                                                                                                      atomic.Uint64
 		localReads                                                                                                                    atomic.Uint64
 		readies, fsyncs, persisted, applied, proposals, leaseReads, indexReads, ckpts, snapsSent, snapsLoaded, snapsCaptured, forgets atomic.Uint64
 		// A chain member's strong reads (chainRead): served at once (the
@@ -1037,6 +1065,7 @@ func Open(opts Options) (*Replica, error) {
 		readc:     make(chan *readWaiter, 256),
 		nxc:       make(chan []*nxCall, 256),
 		ctlc:      make(chan func()),
+		drvKick:   make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 		waitID:    map[idKey][]*proposal{},
@@ -1326,8 +1355,16 @@ func (r *Replica) fail(err error) {
 
 func (r *Replica) run() {
 	defer close(r.done)
+	// The driver's state is run's while it holds drv: from here to the
+	// return (the deferred calls below run under it, last to first), and
+	// from each event to the end of its round; an idle driver's events may
+	// run on the goroutine that brings them meanwhile (inline.go).
+	r.drv.Lock()
+	defer r.drv.Unlock()
+	defer func() { r.drvLive = false }()
 	defer r.failAll(ErrOutcomeUnknown)
 	defer r.stopHold()
+	r.drvLive = true
 	tick := time.NewTicker(r.opts.TickInterval)
 	defer tick.Stop()
 	// A first round at once rather than at the first event or tick: what
@@ -1338,40 +1375,77 @@ func (r *Replica) run() {
 		return
 	}
 	var props []*proposal
+	lock := r.drv.Lock
 	for r.failed() == nil {
 		var err error
+		timerC := r.gc.timerC
+		r.runTimerC = timerC
+		r.drv.Unlock()
 		select {
 		case <-r.stop:
+			lock()
 			return
+		case <-r.drvKick:
+			lock() // an inline round failed the replica, or armed the hold timer
 		case ps := <-r.propc:
+			lock()
 			props = append(props[:0], ps...)
 		case in := <-r.inbox:
-			r.step(in)
+			lock()
+			r.stepQueued(in)
 		case rw := <-r.readc:
+			lock()
 			r.read(rw)
 		case calls := <-r.nxc:
+			lock()
 			r.nxStart(calls)
 		case f := <-r.ctlc:
+			lock()
 			f()
 		case <-tick.C:
+			lock()
 			r.onTick()
 		case res := <-r.syncDone:
-			err = r.synced(res)
+			if r.drv.TryLock() {
+				err = r.synced(res)
+				break
+			}
+			// An inline round holds the driver, and may be waiting for
+			// this very result (awaitSync): it goes back for that round,
+			// and run handles it only if it is still there. The buffer
+			// has room: one fsync is in flight at most, and the round
+			// starts none while the driver still counts this one.
+			r.syncDone <- res
+			lock()
+			select {
+			case res = <-r.syncDone:
+				err = r.synced(res)
+			default:
+			}
 		case res := <-r.ckptDone:
+			lock()
 			err = r.finishCheckpoint(res)
 		case res := <-r.snapDone:
+			lock()
 			err = r.captured(res)
 		case to := <-r.largeDone:
+			lock()
 			r.sentLarge(to)
-		case <-r.gc.timerC:
+		case <-timerC:
+			lock()
 			r.holdExpired()
 		case <-r.gc.wake:
+			lock()
 			r.applyWaiterArrived()
 		case f := <-r.expDone:
+			lock()
 			r.expired(f)
 		}
 		if err != nil {
 			r.fail(err)
+			return
+		}
+		if r.failed() != nil {
 			return
 		}
 		// Take whatever else is waiting: one Ready (one fsync) covers it all.
@@ -1381,7 +1455,7 @@ func (r *Replica) run() {
 			case ps := <-r.propc:
 				props = append(props, ps...)
 			case in := <-r.inbox:
-				r.step(in)
+				r.stepQueued(in)
 			case rw := <-r.readc:
 				r.read(rw)
 			case calls := <-r.nxc:
@@ -2014,7 +2088,7 @@ func (r *Replica) handle(rd *core.Ready[peerMsg], urgent bool) error {
 // startSync starts an fsync of the log if batches wait for one, none is in
 // flight, and they may not be held for a later one (nilext_gc.go).
 func (r *Replica) startSync() {
-	if r.syncing != 0 || r.written == 0 || r.written <= r.lastSynced() || r.holding() {
+	if r.syncing != 0 || r.written == 0 || r.written <= r.lastSynced() || r.holding() || r.syncerRound {
 		return
 	}
 	r.syncStarted()
@@ -2030,7 +2104,10 @@ func (r *Replica) startSync() {
 			r.ctr.sample("fsync hand-off driver->syncer", q.ago()-t.ago())
 		}
 		err := seg.Sync()
-		r.syncDone <- syncResult{seq: seq, err: err, d: t.since(), end: traceNow()}
+		res := syncResult{seq: seq, err: err, d: t.since(), end: traceNow()}
+		if !r.syncedInline(res) { // an idle driver's round runs here (inline.go)
+			r.syncDone <- res
+		}
 	})
 }
 

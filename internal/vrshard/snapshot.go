@@ -387,7 +387,19 @@ func (r *Replica) send(m peerMsg) {
 		})
 		return
 	}
-	if err := r.net.Send(to, m); err != nil && !errors.Is(err, transport.ErrClosed) {
+	var err error
+	if r.inlineRound && r.ep != nil {
+		// On a reader's or the syncer's goroutine, which parks next
+		// (inline.go): write to an idle link here rather than wake its
+		// writer. Not on run's: there the writer takes the socket writes
+		// off the driver under load (2350e47).
+		r.push[0] = transport.Outbound{To: to, Msg: m}
+		err = r.ep.SendAll(r.push[:])
+		r.push[0] = transport.Outbound{}
+	} else {
+		err = r.net.Send(to, m)
+	}
+	if err != nil && !errors.Is(err, transport.ErrClosed) {
 		r.log.Warn("send failed", "to", to, "err", err)
 	}
 	if cadtraceOn {
