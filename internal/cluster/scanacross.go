@@ -165,11 +165,15 @@ func servedPart(op kv.Op, g *localGroup, read func(kv.Op) (kv.Result, error)) (G
 	for i := range cover {
 		cover[i] = ^uint64(0)
 	}
+	var top kv.Result // the read of the largest version
 	for {
 		before := g.table()
 		res, err := read(op)
 		if err != nil {
 			return part, err
+		}
+		if res.Version >= top.Version {
+			top = res
 		}
 		after := g.table()
 		for i, t := range []*kv.SlotTable{before, after} {
@@ -208,6 +212,11 @@ func servedPart(op kv.Op, g *localGroup, read func(kv.Op) (kv.Result, error)) (G
 		}
 		op.Key = append(slices.Clip(part.Last), 0) // the first key after it
 	}
+	// The part returns keys of every read: its position, which advances
+	// the session, is the read's of the largest version (with that read's
+	// view), not the last read's — a session read at a replica behind an
+	// earlier read's key would serve its older state.
+	part.Res.Version, part.Res.View, part.Res.ViewKnown = top.Version, top.View, top.ViewKnown
 	part.Res.Array = pairs
 	part.served = &cover
 	return part, nil

@@ -1,0 +1,91 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/shard"
+)
+
+// versionedReplica is a group's replica whose keys have versions: a scan's
+// result has the largest version of the keys it returned, as kv.readScan's.
+type versionedReplica struct {
+	shard.Replica
+	keys [][]byte // sorted
+	ver  map[string]uint64
+	t    *kv.SlotTable
+}
+
+func (r *versionedReplica) Read(_ context.Context, op kv.Op, _ level.Consistency, _ shard.Session) (kv.Result, error) {
+	i, _ := slices.BinarySearchFunc(r.keys, op.Key, bytes.Compare)
+	res := kv.Result{Kind: kv.ResArray}
+	for ; i < len(r.keys) && (op.End == nil || bytes.Compare(r.keys[i], op.End) < 0) && (op.Limit <= 0 || len(res.Array)/2 < op.Limit); i++ {
+		res.Array = append(res.Array, r.keys[i], []byte("v"))
+		res.Version = max(res.Version, r.ver[string(r.keys[i])])
+	}
+	return res, nil
+}
+
+func (r *versionedReplica) SlotTable() *kv.SlotTable   { return r.t }
+func (r *versionedReplica) ReadPaths() shard.ReadPaths { return shard.ReadPaths{} }
+
+// A keyspace scan's session after the scan has read each group at least as
+// far as every key the page returned: a group's part read again past keys
+// of slots it does not serve (servedPart) returns keys of every read, so the
+// part's version is the largest of them all, not the last read's. Here
+// group 1's engine holds a served key written at version 100, then keys of
+// group 2's slots (not yet purged, version 1), then a served key at version
+// 1: with a limit of 2 its part takes three reads, and the token after the
+// scan must say group 1 was read up to 100 — else a later session read at
+// a replica of group 1 that has applied only up to 1 serves the key's older
+// state (monotonic reads broken).
+func TestScanSessionCoversEveryReadOfAPart(t *testing.T) {
+	sm, err := NewSlotMap(1, []GroupSpec{
+		{ID: 1, Members: []uint64{1}, Slots: []SlotRange{{Start: 0, End: 8191}}},
+		{ID: 2, Members: []uint64{1}, Slots: []SlotRange{{Start: 8192, End: 16383}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a (group 1's), u1..u3 (group 2's), b (group 1's), in key order.
+	var picked [][]byte
+	for i := 0; len(picked) < 5; i++ {
+		k := []byte(fmt.Sprintf("k%04d", i))
+		own := Slot(k) <= 8191
+		if want := len(picked) == 0 || len(picked) == 4; own == want {
+			picked = append(picked, k)
+		}
+	}
+	a, b := picked[0], picked[4]
+	ver := map[string]uint64{string(a): 100}
+	for _, k := range picked[1:] {
+		ver[string(k)] = 1
+	}
+	rep1 := &versionedReplica{keys: picked, ver: ver, t: kv.NewSlotTable([]kv.SlotRange{{Start: 0, End: 8191}}, 1)}
+	rep2 := &versionedReplica{t: kv.NewSlotTable([]kv.SlotRange{{Start: 8192, End: 16383}}, 1)}
+	spec1, _ := sm.Group(1)
+	spec2, _ := sm.Group(2)
+	st := &stateGroup{st: State{Normal: true, Leader: 1}}
+	m, err := NewMulti(sm, 1, []Member{{ID: 1, ClientAddr: "n1:1"}}, []LocalGroup{
+		{Spec: spec1, Hosted: Hosted{Replica: rep1, Group: st}},
+		{Spec: spec2, Hosted: Hosted{Replica: rep2, Group: st}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, after, err := m.Scan(context.Background(), kv.Op{Kind: kv.KindScan, Limit: 2}, level.Consistency{Kind: level.Session}, shard.Session{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Array) != 4 || !bytes.Equal(res.Array[0], a) || !bytes.Equal(res.Array[2], b) {
+		t.Fatalf("the page: %q, want %q and %q", res.Array, a, b)
+	}
+	if p := after.For(1); p.MaxRead < 100 {
+		t.Fatalf("the token after the scan: group 1's part %+v, read only up to %d, but the page returned %q written at version 100", p, p.MaxRead, a)
+	}
+}
