@@ -506,19 +506,20 @@ func GroupScanReply(p GroupPart) resp.Value {
 }
 
 // AskGroupScan asks the node at addr for group id's part of a keyspace
-// scan at level c: KEFIR.CALL CONSISTENCY c [SESSION token] CMD
+// scan at level c: KEFIR.CALL CONSISTENCY c SESSION token CMD
 // KEFIR.GROUPSCAN id start end limit, on a pooled forwarding connection (a
 // node that cannot serve it forwards it to the group's leader, as any
-// read). The session goes with it if it has parts (level session); the
-// reply then comes as [token, reply], whose token is not needed here: the
-// part's version and view are the group's advance.
+// read). The session goes with it (at levels other than session the fresh
+// one); the reply comes as [token, reply], whose token is not needed here:
+// the part's version and view are the group's advance.
 func (r *Router) AskGroupScan(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency, s shard.Session) (GroupPart, error) {
-	args := [][]byte{[]byte("KEFIR.CALL"), []byte("CONSISTENCY"), []byte(c.String())}
-	if !s.IsZero() {
-		args = append(args, []byte("SESSION"), []byte(s.String()))
-	}
-	args = append(args, []byte("CMD"), []byte("KEFIR.GROUPSCAN"),
-		strconv.AppendUint(nil, uint64(id), 10), op.Key, op.End, strconv.AppendInt(nil, int64(op.Limit), 10))
+	// SESSION always, the fresh session's "" too: the connection is pooled,
+	// shared by every scan this node asks of addr, and a KEFIR.GROUPSCAN
+	// without it is read at — and advances — the connection's own session
+	// there, which would mix other scans' positions into this one's.
+	args := [][]byte{[]byte("KEFIR.CALL"), []byte("CONSISTENCY"), []byte(c.String()), []byte("SESSION"), []byte(s.String()),
+		[]byte("CMD"), []byte("KEFIR.GROUPSCAN"),
+		strconv.AppendUint(nil, uint64(id), 10), op.Key, op.End, strconv.AppendInt(nil, int64(op.Limit), 10)}
 	v, err := r.fwd.ask(ctx, addr, args...)
 	if err != nil {
 		return GroupPart{}, err

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
@@ -87,5 +89,62 @@ func TestScanSessionCoversEveryReadOfAPart(t *testing.T) {
 	}
 	if p := after.For(1); p.MaxRead < 100 {
 		t.Fatalf("the token after the scan: group 1's part %+v, read only up to %d, but the page returned %q written at version 100", p, p.MaxRead, a)
+	}
+}
+
+// A node asks another for a group's part of a keyspace scan on a pooled
+// forwarding connection, which many scans of many clients share. The node
+// asked reads a KEFIR.GROUPSCAN sent without SESSION at the connection's
+// own session and advances it (server conn.groupScan), so the request must
+// carry the scan's session whatever it is — the fresh session too, at level
+// session, and at every other level: else a fresh session's scan is read at
+// what earlier scans on that connection read (another client's positions,
+// one a view change may have dropped: ErrSessionLost for a client that never
+// saw it).
+func TestAskGroupScanCarriesItsSession(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan [][]byte, 8)
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				rd, w := resp.NewReader(nc, 4096), resp.NewWriter(nc, 4096)
+				for {
+					cmd, err := rd.ReadCommand(nil)
+					if err != nil {
+						return
+					}
+					args := make([][]byte, len(cmd))
+					for i, a := range cmd {
+						args[i] = slices.Clone(a)
+					}
+					got <- args
+					if slices.ContainsFunc(args, func(a []byte) bool { return string(a) == "SESSION" }) {
+						_ = w.WriteArrayHeader(2)
+						_ = w.WriteBulkString("")
+					}
+					_ = w.WriteValue(GroupScanReply(GroupPart{Ended: true, served: &slotSet{}}))
+					_ = w.Flush()
+				}
+			}()
+		}
+	}()
+	r := NewRouter(RouterConfig{})
+	for _, c := range []level.Consistency{{Kind: level.Session}, level.ConsLinearizable, {Kind: level.Eventual}} {
+		if _, err := r.AskGroupScan(context.Background(), ln.Addr().String(), 2, kv.Op{Kind: kv.KindScan, Limit: 10}, c, shard.Session{}); err != nil {
+			t.Fatal(err)
+		}
+		args := <-got
+		if i := slices.IndexFunc(args, func(a []byte) bool { return string(a) == "SESSION" }); i < 0 || len(args[i+1]) != 0 {
+			t.Errorf("level %s, a fresh session: KEFIR.GROUPSCAN asked as %q, want SESSION \"\" (the scan's own session, not the connection's)", c, args)
+		}
 	}
 }
