@@ -435,6 +435,12 @@ func (m *Multi) remotePart(ctx context.Context, id GroupID, refused error, op kv
 		} else {
 			var part GroupPart
 			if part, err = m.asker.AskGroupScan(ctx, addr, id, op, c, s); err == nil {
+				if part.served == nil && !s.IsZero() {
+					// An older build's reply (five elements): its node read
+					// the part without the session (its GroupScan took
+					// none), so it may lack the session's writes.
+					return GroupPart{}, &ReplyError{fmt.Sprintf("ERR a keyspace scan at level session cannot read group %d at %s, a node of an older build that does not read it for the session: scan at another level, or once every node runs this build", id, addr)}
+				}
 				return part, nil
 			}
 			var re *ReplyError

@@ -148,3 +148,43 @@ func TestAskGroupScanCarriesItsSession(t *testing.T) {
 		}
 	}
 }
+
+// A node of an older build answers KEFIR.GROUPSCAN in five elements and
+// reads its part without the session that KEFIR.CALL SESSION carries (its
+// GroupScan took none): at level session its part may lack the session's
+// own writes, so a scan of a session that has any refuses it, as every
+// scan at level session needing another node did before; a fresh session
+// (nothing to wait for) and other levels take it.
+func TestScanAtLevelSessionRefusesAnOlderNodesPart(t *testing.T) {
+	sm, err := NewSlotMap(1, []GroupSpec{
+		{ID: 1, Members: []uint64{1}, Slots: []SlotRange{{Start: 0, End: 8191}}},
+		{ID: 2, Members: []uint64{2}, Slots: []SlotRange{{Start: 8192, End: 16383}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec1, _ := sm.Group(1)
+	members := []Member{{ID: 1, ClientAddr: "n1:1"}, {ID: 2, ClientAddr: "n2:2"}}
+	n1, err := NewMulti(sm, 1, members, []LocalGroup{{Spec: spec1, Hosted: Hosted{Replica: &sortedReplica{}, Group: &stateGroup{st: State{Normal: true, Leader: 1}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1.SetGroupScanAsker(askerFunc(func(_ context.Context, addr string, _ GroupID, _ kv.Op, _ level.Consistency, _ shard.Session) (GroupPart, error) {
+		v := GroupScanReply(GroupPart{Ended: true, Res: kv.Result{Version: 5}})
+		v.Elems = v.Elems[:5] // an older build's reply
+		return parseGroupScanReply(addr, v)
+	}))
+	scan := func(c level.Consistency, s shard.Session) error {
+		_, _, err := n1.Scan(context.Background(), kv.Op{Kind: kv.KindScan, Limit: 10}, c, s)
+		return err
+	}
+	wrote := shard.Session{}.AfterWrite(kv.Result{Version: 10, Group: 2}.Pos())
+	if err := scan(level.Consistency{Kind: level.Session}, wrote); err == nil {
+		t.Fatal("a scan at level session took an older node's part, read without the session's write")
+	}
+	for _, c := range []level.Consistency{level.ConsLinearizable, {Kind: level.Session}} {
+		if err := scan(c, shard.Session{}); err != nil {
+			t.Fatalf("level %s, a fresh session: %v", c, err)
+		}
+	}
+}
