@@ -280,7 +280,10 @@ func (m *Multi) scanAcross(ctx context.Context, op kv.Op, c level.Consistency, s
 // (scanAcross), and names a slot no part served throughout its reads (-1:
 // none; the page holds every key of every slot in its range).
 func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, shard.Session, int, error) {
-	type pair struct{ k, v []byte }
+	type pair struct {
+		k, v []byte
+		gid  uint32 // the part's group
+	}
 	type stream struct {
 		read  func(op kv.Op) (GroupPart, error) // from op.Key on
 		pairs []pair
@@ -299,7 +302,7 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 			out.Kind = part.Res.Kind
 		}
 		for i := 0; i+1 < len(part.Res.Array); i += 2 {
-			st.pairs = append(st.pairs, pair{part.Res.Array[i], part.Res.Array[i+1]})
+			st.pairs = append(st.pairs, pair{part.Res.Array[i], part.Res.Array[i+1], st.gid})
 		}
 		st.ended, st.last = part.Ended, part.Last
 		if part.served != nil {
@@ -342,6 +345,24 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 	// on: a short page would read as the range's end to the caller. A key
 	// two parts returned (its slot moved between their reads, served by
 	// each at its read) is kept once: it would count twice toward Limit.
+	// The copy kept is the one of the group a keyed read of it goes to
+	// (SlotOwner): at level session a source's replica here may be behind
+	// its hand-over, its table still serving the slot and its engine the
+	// slot's state before the move, older than the session's own writes
+	// at the destination.
+	byKeyOwnerFirst := func(a, b pair) int {
+		if c := bytes.Compare(a.k, b.k); c != 0 {
+			return c
+		}
+		o, _ := m.owner(Slot(a.k))
+		isO := func(p pair) int {
+			if GroupID(p.gid) == o {
+				return 0
+			}
+			return 1
+		}
+		return isO(a) - isO(b)
+	}
 	var all []pair
 	for {
 		var limiting *stream
@@ -358,7 +379,7 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 				}
 			}
 		}
-		slices.SortFunc(all, func(a, b pair) int { return bytes.Compare(a.k, b.k) })
+		slices.SortFunc(all, byKeyOwnerFirst)
 		all = slices.CompactFunc(all, func(a, b pair) bool { return bytes.Equal(a.k, b.k) })
 		size := 0
 		for _, p := range all {

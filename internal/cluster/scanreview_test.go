@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -186,5 +187,81 @@ func TestScanAtLevelSessionRefusesAnOlderNodesPart(t *testing.T) {
 		if err := scan(c, shard.Session{}); err != nil {
 			t.Fatalf("level %s, a fresh session: %v", c, err)
 		}
+	}
+}
+
+// valueReplica is a group's replica with one value per key and a table.
+type valueReplica struct {
+	shard.Replica
+	keys, vals [][]byte // keys sorted
+	t          *kv.SlotTable
+}
+
+func (r *valueReplica) Read(_ context.Context, op kv.Op, _ level.Consistency, _ shard.Session) (kv.Result, error) {
+	i, _ := slices.BinarySearchFunc(r.keys, op.Key, bytes.Compare)
+	res := kv.Result{Kind: kv.ResArray, Version: 9}
+	for ; i < len(r.keys) && (op.End == nil || bytes.Compare(r.keys[i], op.End) < 0) && (op.Limit <= 0 || len(res.Array)/2 < op.Limit); i++ {
+		res.Array = append(res.Array, r.keys[i], r.vals[i])
+	}
+	return res, nil
+}
+
+func (r *valueReplica) SlotTable() *kv.SlotTable   { return r.t }
+func (r *valueReplica) ReadPaths() shard.ReadPaths { return shard.ReadPaths{} }
+
+// A key two parts of a page return — its slot served by both groups' tables
+// at their reads — is kept once, and the copy kept is the one of the group a
+// keyed read of it goes to (SlotOwner: at one epoch the destination that owns
+// the slot over a source whose replica here has not applied its hand-over).
+// At level session a group's replica here may be a follower behind the
+// hand-over, its table still serving the slot, its engine the slot's state
+// before the move: the destination's copy is the session's own write, the
+// source's is older. Keeping either (the sort's order) returned the older
+// value to the session that wrote the newer (read your writes broken).
+func TestScanKeepsTheOwnersCopyOfAKeyTwoPartsReturn(t *testing.T) {
+	sm, err := NewSlotMap(1, []GroupSpec{
+		{ID: 1, Members: []uint64{1}, Slots: []SlotRange{{Start: 0, End: 8191}}},
+		{ID: 2, Members: []uint64{1}, Slots: []SlotRange{{Start: 8192, End: 16383}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k []byte
+	for i := 0; k == nil; i++ {
+		if c := []byte(fmt.Sprintf("k%04d", i)); Slot(c) <= 8191 {
+			k = c
+		}
+	}
+	x := []kv.SlotRange{{Start: Slot(k), End: Slot(k)}}
+	src, err1 := kv.NewSlotTable([]kv.SlotRange{{Start: 0, End: 8191}}, 1).Set(x, kv.SlotMigrating, 2, 2)
+	dst0, err2 := kv.NewSlotTable([]kv.SlotRange{{Start: 8192, End: 16383}}, 1).Set(x, kv.SlotImporting, 1, 2)
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	dst, err := dst0.Set(x, kv.SlotOwned, 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec1, _ := sm.Group(1)
+	spec2, _ := sm.Group(2)
+	st := &stateGroup{st: State{Normal: true, Leader: 1}}
+	m, err := NewMulti(sm, 1, []Member{{ID: 1, ClientAddr: "n1:1"}}, []LocalGroup{
+		// Group 1's replica here has applied the move's first step only.
+		{Spec: spec1, Hosted: Hosted{Replica: &valueReplica{keys: [][]byte{k}, vals: [][]byte{[]byte("old")}, t: src}, Group: st}},
+		{Spec: spec2, Hosted: Hosted{Replica: &valueReplica{keys: [][]byte{k}, vals: [][]byte{[]byte("new")}, t: dst}, Group: st}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := m.owner(Slot(k)); id != 2 {
+		t.Fatalf("a keyed read of %q goes to group %d, want 2", k, id)
+	}
+	sess := shard.Session{}.AfterWrite(kv.Result{Version: 9, Group: 2}.Pos()) // wrote "new" through group 2
+	res, _, err := m.Scan(context.Background(), kv.Op{Kind: kv.KindScan, Limit: 10}, level.Consistency{Kind: level.Session}, sess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Array) != 2 || string(res.Array[1]) != "new" {
+		t.Fatalf("the page: %q, want %q once with the owner's value \"new\"", res.Array, k)
 	}
 }
