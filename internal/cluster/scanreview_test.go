@@ -15,20 +15,25 @@ import (
 	"github.com/kefirdb/kefir/internal/shard"
 )
 
-// versionedReplica is a group's replica whose keys have versions: a scan's
-// result has the largest version of the keys it returned, as kv.readScan's.
+// versionedReplica is a group's replica whose keys have values (vals; nil:
+// "v") and versions: a scan's result has the largest version of the keys it
+// returned, as kv.readScan's.
 type versionedReplica struct {
 	shard.Replica
-	keys [][]byte // sorted
-	ver  map[string]uint64
-	t    *kv.SlotTable
+	keys, vals [][]byte // keys sorted
+	ver        map[string]uint64
+	t          *kv.SlotTable
 }
 
 func (r *versionedReplica) Read(_ context.Context, op kv.Op, _ level.Consistency, _ shard.Session) (kv.Result, error) {
 	i, _ := slices.BinarySearchFunc(r.keys, op.Key, bytes.Compare)
 	res := kv.Result{Kind: kv.ResArray}
 	for ; i < len(r.keys) && (op.End == nil || bytes.Compare(r.keys[i], op.End) < 0) && (op.Limit <= 0 || len(res.Array)/2 < op.Limit); i++ {
-		res.Array = append(res.Array, r.keys[i], []byte("v"))
+		v := []byte("v")
+		if r.vals != nil {
+			v = r.vals[i]
+		}
+		res.Array = append(res.Array, r.keys[i], v)
 		res.Version = max(res.Version, r.ver[string(r.keys[i])])
 	}
 	return res, nil
@@ -190,25 +195,6 @@ func TestScanAtLevelSessionRefusesAnOlderNodesPart(t *testing.T) {
 	}
 }
 
-// valueReplica is a group's replica with one value per key and a table.
-type valueReplica struct {
-	shard.Replica
-	keys, vals [][]byte // keys sorted
-	t          *kv.SlotTable
-}
-
-func (r *valueReplica) Read(_ context.Context, op kv.Op, _ level.Consistency, _ shard.Session) (kv.Result, error) {
-	i, _ := slices.BinarySearchFunc(r.keys, op.Key, bytes.Compare)
-	res := kv.Result{Kind: kv.ResArray, Version: 9}
-	for ; i < len(r.keys) && (op.End == nil || bytes.Compare(r.keys[i], op.End) < 0) && (op.Limit <= 0 || len(res.Array)/2 < op.Limit); i++ {
-		res.Array = append(res.Array, r.keys[i], r.vals[i])
-	}
-	return res, nil
-}
-
-func (r *valueReplica) SlotTable() *kv.SlotTable   { return r.t }
-func (r *valueReplica) ReadPaths() shard.ReadPaths { return shard.ReadPaths{} }
-
 // A key two parts of a page return — its slot served by both groups' tables
 // at their reads — is kept once, and the copy kept is the one of the group a
 // keyed read of it goes to (SlotOwner: at one epoch the destination that owns
@@ -247,8 +233,8 @@ func TestScanKeepsTheOwnersCopyOfAKeyTwoPartsReturn(t *testing.T) {
 	st := &stateGroup{st: State{Normal: true, Leader: 1}}
 	m, err := NewMulti(sm, 1, []Member{{ID: 1, ClientAddr: "n1:1"}}, []LocalGroup{
 		// Group 1's replica here has applied the move's first step only.
-		{Spec: spec1, Hosted: Hosted{Replica: &valueReplica{keys: [][]byte{k}, vals: [][]byte{[]byte("old")}, t: src}, Group: st}},
-		{Spec: spec2, Hosted: Hosted{Replica: &valueReplica{keys: [][]byte{k}, vals: [][]byte{[]byte("new")}, t: dst}, Group: st}},
+		{Spec: spec1, Hosted: Hosted{Replica: &versionedReplica{keys: [][]byte{k}, vals: [][]byte{[]byte("old")}, t: src}, Group: st}},
+		{Spec: spec2, Hosted: Hosted{Replica: &versionedReplica{keys: [][]byte{k}, vals: [][]byte{[]byte("new")}, t: dst}, Group: st}},
 	})
 	if err != nil {
 		t.Fatal(err)
