@@ -73,6 +73,17 @@ type slotSet [Slots / 64]uint64
 
 func (s *slotSet) has(slot uint16) bool { return s[slot/64]&(1<<(slot%64)) != 0 }
 
+func (s *slotSet) add(slot uint16) { s[slot/64] |= 1 << (slot % 64) }
+
+// everySlot returns the set of every slot.
+func everySlot() slotSet {
+	var s slotSet
+	for i := range s {
+		s[i] = ^uint64(0)
+	}
+	return s
+}
+
 // keep removes from s the slots not in o.
 func (s *slotSet) keep(o *slotSet) {
 	for i := range s {
@@ -110,7 +121,7 @@ func (c *servedSlots) of(t *kv.SlotTable) *slotSet {
 	x := &tableServed{t: t}
 	for slot := range uint16(Slots) {
 		if t.Entry(slot).State.Serves() {
-			x.s[slot/64] |= 1 << (slot % 64)
+			x.s.add(slot)
 		}
 	}
 	// A new list, the newest first (a concurrent miss may drop one: it is
@@ -161,10 +172,7 @@ func servedPart(op kv.Op, g *localGroup, read func(kv.Op) (kv.Result, error)) (G
 	var part GroupPart
 	var pairs [][]byte
 	served := 0 // bytes of the served pairs: only those bound the part
-	var cover slotSet
-	for i := range cover {
-		cover[i] = ^uint64(0)
-	}
+	cover := everySlot()
 	var top kv.Result // the read of the largest version
 	for {
 		before := g.table()
@@ -181,7 +189,7 @@ func servedPart(op kv.Op, g *localGroup, read func(kv.Op) (kv.Result, error)) (G
 				break // the same table: nothing more to remove
 			}
 			if t == nil {
-				cover.keep((*slotSet)(&g.owned))
+				cover.keep(&g.owned)
 			} else {
 				cover.keep(g.served.of(t))
 			}
@@ -312,10 +320,7 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 	for _, spec := range m.smap().Groups {
 		id := spec.ID
 		g := m.hs().byID[id]
-		st := &stream{gid: spec.gid()}
-		for i := range st.cover {
-			st.cover[i] = ^uint64(0)
-		}
+		st := &stream{gid: spec.gid(), cover: everySlot()}
 		remote := func(op kv.Op, refused error) (GroupPart, error) { return m.remotePart(ctx, id, refused, op, c, s) }
 		st.read = func(op kv.Op) (GroupPart, error) { return remote(op, ErrNotLeader) }
 		part, err := GroupPart{}, error(ErrNotLeader)
@@ -575,7 +580,7 @@ func parseGroupScanReply(addr string, v resp.Value) (GroupPart, error) {
 				return GroupPart{}, fmt.Errorf("KEFIR.GROUPSCAN at %s: a bad range of served slots", addr)
 			}
 			for slot := uint16(r[i].Int); slot <= uint16(r[i+1].Int); slot++ {
-				p.served[slot/64] |= 1 << (slot % 64)
+				p.served.add(slot)
 			}
 		}
 	}
