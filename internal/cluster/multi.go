@@ -81,11 +81,11 @@ type LocalGroup struct {
 
 // owns reports whether g's spec gives it slot: its own account while it
 // has no slot table (a move gives it one before anything changes).
-func (g *localGroup) owns(slot uint16) bool { return g.owned[slot/64]&(1<<(slot%64)) != 0 }
+func (g *localGroup) owns(slot uint16) bool { return g.owned.has(slot) }
 
 type localGroup struct {
 	spec  GroupSpec
-	owned [Slots / 64]uint64 // the group's slots by its spec (--groups)
+	owned slotSet // the group's slots by its spec (--groups)
 	h     Hosted
 	// tab is the replica's slot table, if its engine keeps one (moves.go).
 	tab slotTabler
@@ -149,7 +149,7 @@ func newLocalGroup(lg LocalGroup) *localGroup {
 	g.tab, _ = lg.Hosted.Replica.(slotTabler)
 	for _, r := range lg.Spec.Slots {
 		for s := int(r.Start); s <= int(r.End) && s < Slots; s++ {
-			g.owned[s/64] |= 1 << (s % 64)
+			g.owned.add(uint16(s))
 		}
 	}
 	return g

@@ -73,6 +73,17 @@ type slotSet [Slots / 64]uint64
 
 func (s *slotSet) has(slot uint16) bool { return s[slot/64]&(1<<(slot%64)) != 0 }
 
+func (s *slotSet) add(slot uint16) { s[slot/64] |= 1 << (slot % 64) }
+
+// everySlot returns the set of every slot.
+func everySlot() slotSet {
+	var s slotSet
+	for i := range s {
+		s[i] = ^uint64(0)
+	}
+	return s
+}
+
 // keep removes from s the slots not in o.
 func (s *slotSet) keep(o *slotSet) {
 	for i := range s {
@@ -110,7 +121,7 @@ func (c *servedSlots) of(t *kv.SlotTable) *slotSet {
 	x := &tableServed{t: t}
 	for slot := range uint16(Slots) {
 		if t.Entry(slot).State.Serves() {
-			x.s[slot/64] |= 1 << (slot % 64)
+			x.s.add(slot)
 		}
 	}
 	// A new list, the newest first (a concurrent miss may drop one: it is
@@ -161,15 +172,16 @@ func servedPart(op kv.Op, g *localGroup, read func(kv.Op) (kv.Result, error)) (G
 	var part GroupPart
 	var pairs [][]byte
 	served := 0 // bytes of the served pairs: only those bound the part
-	var cover slotSet
-	for i := range cover {
-		cover[i] = ^uint64(0)
-	}
+	cover := everySlot()
+	var top kv.Result // the read of the largest version
 	for {
 		before := g.table()
 		res, err := read(op)
 		if err != nil {
 			return part, err
+		}
+		if res.Version >= top.Version {
+			top = res
 		}
 		after := g.table()
 		for i, t := range []*kv.SlotTable{before, after} {
@@ -177,7 +189,7 @@ func servedPart(op kv.Op, g *localGroup, read func(kv.Op) (kv.Result, error)) (G
 				break // the same table: nothing more to remove
 			}
 			if t == nil {
-				cover.keep((*slotSet)(&g.owned))
+				cover.keep(&g.owned)
 			} else {
 				cover.keep(g.served.of(t))
 			}
@@ -208,6 +220,11 @@ func servedPart(op kv.Op, g *localGroup, read func(kv.Op) (kv.Result, error)) (G
 		}
 		op.Key = append(slices.Clip(part.Last), 0) // the first key after it
 	}
+	// The part returns keys of every read: its position, which advances
+	// the session, is the read's of the largest version (with that read's
+	// view), not the last read's — a session read at a replica behind an
+	// earlier read's key would serve its older state.
+	part.Res.Version, part.Res.View, part.Res.ViewKnown = top.Version, top.View, top.ViewKnown
 	part.Res.Array = pairs
 	part.served = &cover
 	return part, nil
@@ -271,7 +288,10 @@ func (m *Multi) scanAcross(ctx context.Context, op kv.Op, c level.Consistency, s
 // (scanAcross), and names a slot no part served throughout its reads (-1:
 // none; the page holds every key of every slot in its range).
 func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s shard.Session) (kv.Result, shard.Session, int, error) {
-	type pair struct{ k, v []byte }
+	type pair struct {
+		k, v []byte
+		gid  uint32 // the part's group
+	}
 	type stream struct {
 		read  func(op kv.Op) (GroupPart, error) // from op.Key on
 		pairs []pair
@@ -290,7 +310,7 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 			out.Kind = part.Res.Kind
 		}
 		for i := 0; i+1 < len(part.Res.Array); i += 2 {
-			st.pairs = append(st.pairs, pair{part.Res.Array[i], part.Res.Array[i+1]})
+			st.pairs = append(st.pairs, pair{part.Res.Array[i], part.Res.Array[i+1], st.gid})
 		}
 		st.ended, st.last = part.Ended, part.Last
 		if part.served != nil {
@@ -300,10 +320,7 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 	for _, spec := range m.smap().Groups {
 		id := spec.ID
 		g := m.hs().byID[id]
-		st := &stream{gid: spec.gid()}
-		for i := range st.cover {
-			st.cover[i] = ^uint64(0)
-		}
+		st := &stream{gid: spec.gid(), cover: everySlot()}
 		remote := func(op kv.Op, refused error) (GroupPart, error) { return m.remotePart(ctx, id, refused, op, c, s) }
 		st.read = func(op kv.Op) (GroupPart, error) { return remote(op, ErrNotLeader) }
 		part, err := GroupPart{}, error(ErrNotLeader)
@@ -333,6 +350,24 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 	// on: a short page would read as the range's end to the caller. A key
 	// two parts returned (its slot moved between their reads, served by
 	// each at its read) is kept once: it would count twice toward Limit.
+	// The copy kept is the one of the group a keyed read of it goes to
+	// (SlotOwner): at level session a source's replica here may be behind
+	// its hand-over, its table still serving the slot and its engine the
+	// slot's state before the move, older than the session's own writes
+	// at the destination.
+	byKeyOwnerFirst := func(a, b pair) int {
+		if c := bytes.Compare(a.k, b.k); c != 0 {
+			return c
+		}
+		o, _ := m.owner(Slot(a.k))
+		isO := func(p pair) int {
+			if GroupID(p.gid) == o {
+				return 0
+			}
+			return 1
+		}
+		return isO(a) - isO(b)
+	}
 	var all []pair
 	for {
 		var limiting *stream
@@ -349,7 +384,7 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 				}
 			}
 		}
-		slices.SortFunc(all, func(a, b pair) int { return bytes.Compare(a.k, b.k) })
+		slices.SortFunc(all, byKeyOwnerFirst)
 		all = slices.CompactFunc(all, func(a, b pair) bool { return bytes.Equal(a.k, b.k) })
 		size := 0
 		for _, p := range all {
@@ -426,6 +461,12 @@ func (m *Multi) remotePart(ctx context.Context, id GroupID, refused error, op kv
 		} else {
 			var part GroupPart
 			if part, err = m.asker.AskGroupScan(ctx, addr, id, op, c, s); err == nil {
+				if part.served == nil && !s.IsZero() {
+					// An older build's reply (five elements): its node read
+					// the part without the session (its GroupScan took
+					// none), so it may lack the session's writes.
+					return GroupPart{}, &ReplyError{fmt.Sprintf("ERR a keyspace scan at level session cannot read group %d at %s, a node of an older build that does not read it for the session: scan at another level, or once every node runs this build", id, addr)}
+				}
 				return part, nil
 			}
 			var re *ReplyError
@@ -497,19 +538,20 @@ func GroupScanReply(p GroupPart) resp.Value {
 }
 
 // AskGroupScan asks the node at addr for group id's part of a keyspace
-// scan at level c: KEFIR.CALL CONSISTENCY c [SESSION token] CMD
+// scan at level c: KEFIR.CALL CONSISTENCY c SESSION token CMD
 // KEFIR.GROUPSCAN id start end limit, on a pooled forwarding connection (a
 // node that cannot serve it forwards it to the group's leader, as any
-// read). The session goes with it if it has parts (level session); the
-// reply then comes as [token, reply], whose token is not needed here: the
-// part's version and view are the group's advance.
+// read). The session goes with it (at levels other than session the fresh
+// one); the reply comes as [token, reply], whose token is not needed here:
+// the part's version and view are the group's advance.
 func (r *Router) AskGroupScan(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency, s shard.Session) (GroupPart, error) {
-	args := [][]byte{[]byte("KEFIR.CALL"), []byte("CONSISTENCY"), []byte(c.String())}
-	if !s.IsZero() {
-		args = append(args, []byte("SESSION"), []byte(s.String()))
-	}
-	args = append(args, []byte("CMD"), []byte("KEFIR.GROUPSCAN"),
-		strconv.AppendUint(nil, uint64(id), 10), op.Key, op.End, strconv.AppendInt(nil, int64(op.Limit), 10))
+	// SESSION always, the fresh session's "" too: the connection is pooled,
+	// shared by every scan this node asks of addr, and a KEFIR.GROUPSCAN
+	// without it is read at — and advances — the connection's own session
+	// there, which would mix other scans' positions into this one's.
+	args := [][]byte{[]byte("KEFIR.CALL"), []byte("CONSISTENCY"), []byte(c.String()), []byte("SESSION"), []byte(s.String()),
+		[]byte("CMD"), []byte("KEFIR.GROUPSCAN"),
+		strconv.AppendUint(nil, uint64(id), 10), op.Key, op.End, strconv.AppendInt(nil, int64(op.Limit), 10)}
 	v, err := r.fwd.ask(ctx, addr, args...)
 	if err != nil {
 		return GroupPart{}, err
@@ -538,7 +580,7 @@ func parseGroupScanReply(addr string, v resp.Value) (GroupPart, error) {
 				return GroupPart{}, fmt.Errorf("KEFIR.GROUPSCAN at %s: a bad range of served slots", addr)
 			}
 			for slot := uint16(r[i].Int); slot <= uint16(r[i+1].Int); slot++ {
-				p.served[slot/64] |= 1 << (slot % 64)
+				p.served.add(slot)
 			}
 		}
 	}

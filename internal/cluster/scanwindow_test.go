@@ -57,6 +57,18 @@ func (r *movingReplica) Read(_ context.Context, op kv.Op, _ level.Consistency, _
 	return kv.Result{Kind: kv.ResArray, Array: arr, Version: 9}, nil
 }
 
+// wireAsker asks n's GroupScan, its part going through KEFIR.GROUPSCAN's
+// reply's wire form (served slots included), as another node's would.
+func wireAsker(n *Multi) askerFunc {
+	return func(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency, s shard.Session) (GroupPart, error) {
+		p, err := n.GroupScan(ctx, id, op, c, s)
+		if err != nil {
+			return p, err
+		}
+		return parseGroupScanReply(addr, GroupScanReply(p))
+	}
+}
+
 // schedules calls fn with every nondecreasing sequence of n steps (0 to
 // moveSteps).
 func schedules(n int, fn func([]int)) {
@@ -180,13 +192,7 @@ func TestScanAcrossAMove(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				n1.SetGroupScanAsker(askerFunc(func(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency, s shard.Session) (GroupPart, error) {
-					p, err := n2.GroupScan(ctx, id, op, c, s)
-					if err != nil {
-						return p, err
-					}
-					return parseGroupScanReply(addr, GroupScanReply(p))
-				}))
+				n1.SetGroupScanAsker(wireAsker(n2))
 			} else {
 				n1, err = NewMulti(sm, 1, members, []LocalGroup{lg(1, 1), lg(1, 2)})
 				if err != nil {
@@ -296,13 +302,7 @@ func TestScanAtLevelSessionAcrossNodesReadsYourWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n1.SetGroupScanAsker(askerFunc(func(ctx context.Context, addr string, id GroupID, op kv.Op, c level.Consistency, s shard.Session) (GroupPart, error) {
-		p, err := n2.GroupScan(ctx, id, op, c, s)
-		if err != nil {
-			return p, err
-		}
-		return parseGroupScanReply(addr, GroupScanReply(p))
-	}))
+	n1.SetGroupScanAsker(wireAsker(n2))
 	sess := shard.Session{}.AfterWrite(kv.Result{Version: 10, Group: 2}.Pos()) // the write through node 2
 	want := append(slices.Clone(in1), new2...)
 	slices.SortFunc(want, bytes.Compare)
