@@ -824,7 +824,14 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 	if d.IsZero() {
 		d = c.dur
 	}
-	c.writes = append(c.writes, shard.WriteReq{Op: op, Durability: d, ID: o.id})
+	w := shard.WriteReq{Op: op, Durability: d, ID: o.id}
+	if spec != txApplySpec {
+		// A transaction or a script advances the writer's session as any
+		// write does, so it is judged by it too (writeSession); a
+		// KEFIR.TXAPPLY is a coordinator's step, not a writer's.
+		w.Session = c.writeSession(o)
+	}
+	c.writes = append(c.writes, w)
 	c.noteQueued(spec, args, &c.writes[len(c.writes)-1].Op, shape, o)
 }
 

@@ -3,6 +3,7 @@ package server
 import (
 	"testing"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/shard"
 )
@@ -32,5 +33,26 @@ func TestWriteSession(t *testing.T) {
 		if got := c.writeSession(tc.o); got.String() != tc.want.String() {
 			t.Errorf("%s: the write carries session %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestTransactionCarriesTheSession: a transaction (EXEC, KEFIR.EXEC), a
+// script and a KEFIR.TXAPPLY advance the connection's session with their
+// result (AfterWrite) like any write, so they must carry it for the
+// replica's check too: one that carries none is never judged, and a session
+// whose cad or async write a view change dropped (or a chain's head lost)
+// writes past the loss by MULTI / SET / EXEC, its token rises over the lost
+// version, and its next read of the lost key is served without it — what
+// writeSessionCheck and chainSessionCheck refuse for a plain write.
+func TestTransactionCarriesTheSession(t *testing.T) {
+	connTok := shard.Session{LastWrite: 7, WriteView: 2, WriteViewKnown: true}
+	c := &conn{cons: level.ConsSession, sess: connTok, srv: &Server{}}
+	tx := kv.EncodeTx(nil, [][][]byte{{[]byte("SET"), []byte("k"), []byte("v")}}, nil)
+	c.queueWrite(kefirExecSpec, [][]byte{[]byte("KEFIR.EXEC"), tx, []byte("k")}, callOpts{})
+	if len(c.writes) != 1 {
+		t.Fatalf("KEFIR.EXEC was not queued (%d writes)", len(c.writes))
+	}
+	if got := c.writes[0].Session; got.String() != connTok.String() {
+		t.Fatalf("a transaction at the session level carries session %q, want the connection's %q", got, connTok)
 	}
 }

@@ -230,9 +230,12 @@ func (r *Replica) SessionViews(s shard.Session) error { return r.sessionViews(s)
 //     new view starts from a log holding every committed op), and the ops
 //     past that log's end are numbered afresh.
 //
-// A version from this view or a later one past the log is not judged (the
-// token is ahead: reads say so, writes go on); a version without a view
-// (v1 tokens, versions applied before the views were recorded) neither.
+// A version from this view past the log is not judged (the token is ahead:
+// reads say so, writes go on), nor one of a later view than this leader's at
+// an op it has not committed (a stale leader's log says nothing of it); a
+// version without a view (v1 tokens, versions applied before the views were
+// recorded) neither. Views start again at 0 in each epoch, so a committed op
+// is judged whatever the order of the views.
 func (r *Replica) writeSessionCheck(s shard.Session) error {
 	if mutation.On && r.mut.writeSessionUnchecked {
 		return nil
@@ -240,14 +243,23 @@ func (r *Replica) writeSessionCheck(s shard.Session) error {
 	if !r.isLeader.Load() || core.Status(r.status.Load()) != core.Normal {
 		return nil // the core refuses the proposal; no judgement from a log that is not the view's
 	}
-	view, last := r.lastHS.View, r.lastOp.Load()
+	view, last, commit := r.lastHS.View, r.lastOp.Load(), r.commit.Load()
 	for _, p := range [2]struct {
 		what  string
 		v     uint64
 		view  uint64
 		known bool
 	}{{"wrote", s.LastWrite, s.WriteView, s.WriteViewKnown}, {"read", s.MaxRead, s.ReadView, s.ReadViewKnown}} {
-		if p.v == 0 || !p.known || p.view > view {
+		if p.v == 0 || !p.known {
+			continue
+		}
+		// A committed op's view is final, whatever the order of the two
+		// views: views start again at 0 in each epoch (vr switchConfig),
+		// so a version dropped in an earlier epoch's view 2 is judged by
+		// epoch 2's leader in view 0 too (TestWriteSessionCheckAcrossAReconfiguration).
+		// An uncommitted entry is this view's log: it says nothing of a
+		// token of a later view (this leader may be stale).
+		if p.view > view && p.v > commit {
 			continue
 		}
 		if at, ok := r.logView(p.v); ok {
