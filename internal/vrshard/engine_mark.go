@@ -262,12 +262,30 @@ func (r *Replica) writeSessionCheck(s shard.Session) error {
 		if p.view > view && p.v > commit {
 			continue
 		}
-		if at, ok := r.logView(p.v); ok {
-			if at != p.view {
-				return fmt.Errorf("%w: the session %s version %d of view %d, but op %d is of view %d here (a view change dropped the write before a majority held it); start a new session",
-					shard.ErrSessionLost, p.what, p.v, p.view, p.v, at)
-			}
+		at, ok := r.logView(p.v)
+		if ok && at == p.view {
 			continue
+		}
+		// What is not committed is judged only by a leader that knows its
+		// view is the group's: under its lease no other view (nor, since a
+		// reconfiguration commits through the leader, another epoch) has
+		// begun. A partitioned leader of an older epoch would otherwise
+		// compare an epoch's view numbers with another's (they restart at
+		// 0) and tell a session it lost a write it has not — a final error.
+		// Without the lease (a leader just elected, or a stale one) the
+		// write is refused as retryable: by the retry the leader holds its
+		// lease and judges, or the client has found the group's leader.
+		// Nilext groups hold no lease: unjudged there, as before.
+		if p.v > commit && !r.leaderLeased() {
+			if r.opts.Nilext {
+				continue
+			}
+			return fmt.Errorf("%w: the session %s version %d of view %d, which this leader (view %d, log to %d, committed to %d) cannot judge before it holds its lease; retry",
+				shard.ErrSessionAhead, p.what, p.v, p.view, view, last, commit)
+		}
+		if ok {
+			return fmt.Errorf("%w: the session %s version %d of view %d, but op %d is of view %d here (a view change dropped the write before a majority held it); start a new session",
+				shard.ErrSessionLost, p.what, p.v, p.view, p.v, at)
 		}
 		if p.v > last && p.view < view {
 			return fmt.Errorf("%w: the session %s version %d of view %d, but the log of view %d ends at %d (a view change dropped the write before a majority held it); start a new session",
@@ -275,6 +293,13 @@ func (r *Replica) writeSessionCheck(s shard.Session) error {
 		}
 	}
 	return nil
+}
+
+// leaderLeased reports whether this replica leads under a current leader
+// lease: its view is the group's latest.
+func (r *Replica) leaderLeased() bool {
+	ls := r.lease.Load()
+	return ls != nil && !ls.follower && r.now() < ls.until
 }
 
 // checkSessionViews fails a session whose token names, at a version this
