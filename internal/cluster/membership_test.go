@@ -311,3 +311,22 @@ func TestPlanNodeChangeOfChainGroups(t *testing.T) {
 		t.Fatalf("replace metadata member 1: %+v %v", plan, err)
 	}
 }
+
+// TestChainChangeDoneWaitsForTheFlush: the map's list has the new node from
+// the master's FLUSH on, as the joiner — the map keeps it in Joining until
+// the flush is done, since a failure during it aborts the join. With the
+// old node out already (it failed before: a SIGKILLed member replaced),
+// kefir cluster replace-node must not report the change done then.
+func TestChainChangeDoneWaitsForTheFlush(t *testing.T) {
+	cm := &kv.ClusterMap{Epoch: 3,
+		Nodes: []kv.MapNode{{ID: 3, ClientAddr: "c3", PeerAddr: "p3"}, {ID: 4, ClientAddr: "c4", PeerAddr: "p4"}, {ID: 5, ClientAddr: "c5", PeerAddr: "p5"}},
+		Groups: []kv.MapGroup{{ID: 2, Members: []uint64{5, 3}, Engine: kv.EngineChain, Joining: []uint64{5}, Leaving: []uint64{4}}}}
+	ch := GroupChange{Group: 2, Chain: true, Join: []uint64{5}, Leave: []uint64{4}, Members: []uint64{5, 3}}
+	if ChainChangeDone(cm, ch) {
+		t.Fatal("done while node 5 flushes (still in the map's Joining)")
+	}
+	cm.Groups[0].Joining = nil
+	if !ChainChangeDone(cm, ch) {
+		t.Fatal("not done once 5's flush is done")
+	}
+}
