@@ -283,7 +283,12 @@ func chainWant(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 			return nil, Result{}, errMap("chain %d: node %d is not a node of the map (add it first)", w.Group, id)
 		}
 	}
-	join := slices.DeleteFunc(slices.Clone(w.Join), func(id uint64) bool { return slices.Contains(g.Members, id) })
+	// Joined: a member the map no longer wants in (followChain cleared
+	// it). One still in Joining may be the record's joiner, whose flush a
+	// failure can abort: still wanted.
+	join := slices.DeleteFunc(slices.Clone(w.Join), func(id uint64) bool {
+		return slices.Contains(g.Members, id) && !slices.Contains(g.Joining, id)
+	})
 	leave := slices.DeleteFunc(slices.Clone(g.Leaving), func(id uint64) bool { return slices.Contains(w.Join, id) })
 	for _, id := range w.Leave {
 		if !slices.Contains(leave, id) {
