@@ -329,3 +329,63 @@ func TestHostedMasterWantedJoinAbortedCountsOnce(t *testing.T) {
 		t.Fatalf("after replacing 2 by 4, 4's first flush aborted, the chain's length is %d, want 3", x.m.Length())
 	}
 }
+
+// TestHostedMasterDrainWaitsForNoJoin: a leaving member drains (no new
+// lease) only while nothing else is under way. Node 2 of [1 2 3], the
+// head, starts draining; then the map wants node 5 in as well (another
+// replace-node, whose new node has not started): the master waits for
+// that join before failing anyone, and node 2 must get its lease back
+// meanwhile — without one the head takes no writes, for as long as node 5
+// takes to start, if ever.
+func TestHostedMasterDrainWaitsForNoJoin(t *testing.T) {
+	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
+	t0 := time.Unix(1_000_000, 0)
+	now := t0
+	meta := &wantMeta{fakeMeta: &fakeMeta{}}
+	var sent []chain.Msg
+	cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
+		Meta: meta, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}
+	x, err := newMaster(cfg, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(d time.Duration) { now = t0.Add(d) }
+	tick := func(d time.Duration) { at(d); x.tick(now) }
+	seq := uint64(0)
+	granted := func(d time.Duration, id chain.NodeID) bool {
+		at(d)
+		sent = sent[:0]
+		seq++
+		x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: seq}})
+		return slices.ContainsFunc(sent, func(m chain.Msg) bool {
+			return m.Type == chain.MsgHeartbeat && m.To == id && slices.Contains(m.Members, id)
+		})
+	}
+	d := lease + 2*hb
+	tick(0)
+	tick(d) // acting
+	for _, id := range []chain.NodeID{1, 2, 3} {
+		if !granted(d, id) {
+			t.Fatalf("member %d not granted a lease", id)
+		}
+	}
+	meta.leaving = []uint64{1} // the head leaves, nothing to join: it drains
+	d += hb
+	tick(d)
+	if granted(d, 1) {
+		t.Fatal("the leaving head was granted a lease while it drains")
+	}
+	meta.joining = []uint64{5}
+	for end := d + 2*lease; d < end; d += hb {
+		tick(d)
+		for _, id := range []chain.NodeID{2, 3} {
+			granted(d, id)
+		}
+		if !slices.Contains(meta.rec.Members, 1) {
+			t.Fatalf("node 1 failed before node 5 joined: %+v", meta.rec)
+		}
+	}
+	if !granted(d, 1) {
+		t.Fatalf("node 1, the head, still without a lease %v after the master started waiting for node 5's join", 2*lease)
+	}
+}
