@@ -1186,6 +1186,13 @@ func (x *Master) followWant(now time.Time) {
 		return
 	}
 	x.wanting = true
+	if x.m.Busy() || len(join) > 0 {
+		// No member is failed while a join (or a repair) runs, so none
+		// drains meanwhile: a drained member would wait without a lease —
+		// a leaving head takes no writes — for as long as it runs, or, for
+		// a wanted node that never starts, for ever. It drains again after.
+		clear(x.draining)
+	}
 	if x.m.Busy() {
 		return // a join (its length was set before it started), a repair, a truncation
 	}
