@@ -152,9 +152,8 @@ func wishRun(t *testing.T, joinLeaving bool) {
 // joiner, and the map's Joining no longer names it (followChain cleared
 // it). Counting from the master's own idea of the length (the members when
 // its node started it, 3) minus the leaving member gives 2, and the chain's
-// next rejoin — here the tail's, after a restart — truncates the tail: the
-// chain runs two members short of nothing, one short of its length, for
-// good.
+// next rejoin — here the tail's, after a restart — truncates the tail (the
+// new node): the chain runs one member short of its length for good.
 func TestHostedMasterTakingOverMidChangeKeepsTheLength(t *testing.T) {
 	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
 	t0 := time.Unix(1_000_000, 0)
