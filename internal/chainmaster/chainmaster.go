@@ -1069,9 +1069,22 @@ func (x *Master) tick(now time.Time) {
 // countWant keeps target, the length the wanted changes lead to: a node
 // newly wanted in adds one (and one whose wish was dropped before it joined
 // takes it back), a node newly wanted out takes one.
+//
+// A wanted node is counted once for as long as the map's Joining names it:
+// a join whose flush a failure aborted (the joiner fenced, then joined
+// again) is the same node wanted in, not another. And the first count, at
+// a master that starts acting in the middle of a change, starts from no
+// less than the record's members (its joiner aside: counted as wanted):
+// another master may have joined a wanted node, which the map's Joining no
+// longer names, after this one's length was set.
 func (x *Master) countWant(members []uint64) {
 	if !x.counted {
-		x.counted, x.target = true, x.length
+		joiner := x.committed.Joiner
+		n := len(members)
+		if joiner != 0 && slices.Contains(members, joiner) {
+			n--
+		}
+		x.counted, x.target = true, max(x.length, n)
 		clear(x.seenJoin)
 		clear(x.seenLeave)
 		for _, id := range x.leaving {
@@ -1080,20 +1093,30 @@ func (x *Master) countWant(members []uint64) {
 			// out over-estimates, which truncates no one.
 			x.seenLeave[id] = !slices.Contains(members, id)
 		}
+		for _, id := range x.joining {
+			if id != joiner && slices.Contains(members, id) {
+				x.seenJoin[id] = true // joined already: one of n
+			}
+		}
 	}
 	for _, id := range x.joining {
-		if !x.seenJoin[id] && !slices.Contains(members, id) {
-			x.seenJoin[id] = true
+		if _, ok := x.seenJoin[id]; !ok {
+			x.seenJoin[id] = false
 			x.target++
 		}
 	}
-	for id := range x.seenJoin {
-		switch {
-		case slices.Contains(members, id):
-			delete(x.seenJoin, id) // joined: counted for good
-		case !slices.Contains(x.joining, id):
-			delete(x.seenJoin, id) // no longer wanted
-			x.target--
+	// seenJoin: whether the node was seen linked in (a member, its flush
+	// done), which counts it for good.
+	for id, linked := range x.seenJoin {
+		member := slices.Contains(members, id)
+		if member && id != uint64(x.m.Joiner()) {
+			x.seenJoin[id], linked = true, true
+		}
+		if !slices.Contains(x.joining, id) {
+			delete(x.seenJoin, id)
+			if !linked && !member {
+				x.target-- // no longer wanted, never joined
+			}
 		}
 	}
 	for _, id := range x.leaving {
@@ -1163,6 +1186,13 @@ func (x *Master) followWant(now time.Time) {
 		return
 	}
 	x.wanting = true
+	if x.m.Busy() || len(join) > 0 {
+		// No member is failed while a join (or a repair) runs, so none
+		// drains meanwhile: a drained member would wait without a lease —
+		// a leaving head takes no writes — for as long as it runs, or, for
+		// a wanted node that never starts, for ever. It drains again after.
+		clear(x.draining)
+	}
 	if x.m.Busy() {
 		return // a join (its length was set before it started), a repair, a truncation
 	}

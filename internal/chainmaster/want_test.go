@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/chain"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/mutation"
 )
 
@@ -140,5 +141,250 @@ func wishRun(t *testing.T, joinLeaving bool) {
 	tick(d + hb)
 	if x.m.Length() != 3 || x.wanting {
 		t.Fatalf("after the change the chain's length is %d (wanting %v), want 3", x.m.Length(), x.wanting)
+	}
+}
+
+// TestHostedMasterTakingOverMidChangeKeepsTheLength: a master that takes
+// over a wanted change (replace node 2 of [1 2 3] by node 4) after another
+// master joined the new node but before it failed the leaving one — a
+// metadata leader change in the middle of kefir cluster replace-node — must
+// leave the chain at its length, 3: the record [1 2 4 3] already counts the
+// joiner, and the map's Joining no longer names it (followChain cleared
+// it). Counting from the master's own idea of the length (the members when
+// its node started it, 3) minus the leaving member gives 2, and the chain's
+// next rejoin — here the tail's, after a restart — truncates the tail (the
+// new node): the chain runs one member short of its length for good.
+func TestHostedMasterTakingOverMidChangeKeepsTheLength(t *testing.T) {
+	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
+	t0 := time.Unix(1_000_000, 0)
+	now := t0
+	// The other master's work: 4 joined at epoch 1, 2 still a member.
+	meta := &wantMeta{fakeMeta: &fakeMeta{rec: &kv.ChainConfig{Group: 0, Epoch: 1, Members: []uint64{1, 2, 4, 3}}}, leaving: []uint64{2}}
+	var sent []chain.Msg
+	cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
+		Meta: meta, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}
+	x, err := newMaster(cfg, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta.rec.Group = x.cfg.Group
+	at := func(d time.Duration) { now = t0.Add(d) }
+	tick := func(d time.Duration) { at(d); x.tick(now) }
+	seq := uint64(0)
+	beat := func(d time.Duration, id chain.NodeID, refused bool) []chain.Msg {
+		at(d)
+		sent = sent[:0]
+		seq++
+		x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: seq, Epoch: meta.rec.Epoch, Refused: refused}})
+		return slices.Clone(sent)
+	}
+	has := func(ms []chain.Msg, typ chain.MsgType) bool {
+		return slices.ContainsFunc(ms, func(m chain.Msg) bool { return m.Type == typ })
+	}
+	d := lease + 2*hb
+	tick(0)
+	tick(d) // acting from the record [1 2 4 3]; node 2, granted nothing by this master, goes at once
+	if x.m == nil {
+		t.Fatal("not acting")
+	}
+	for end := d + lease + 4*hb; d < end; d += hb {
+		tick(d)
+		for _, id := range []chain.NodeID{1, 2, 4, 3} {
+			beat(d, id, false)
+		}
+	}
+	if !slices.Equal(meta.rec.Members, []uint64{1, 4, 3}) {
+		t.Fatalf("node 2 not removed: record %+v", meta.rec)
+	}
+	x.step([]chain.Msg{{Type: chain.MsgCRMidDone, From: 1, To: 9, Epoch: meta.rec.Epoch}})
+	tick(d)
+	if x.wanting {
+		t.Fatal("the change is not done")
+	}
+	// The tail restarts (faster than FailAfter) and is joined again: the
+	// join's flush must truncate no one.
+	beat(d, 3, true)
+	for _, m := range []chain.Msg{{Type: chain.MsgCRTailDone, From: 4, To: 9, Epoch: meta.rec.Epoch}} {
+		x.step([]chain.Msg{m})
+	}
+	d += hb
+	tick(d)
+	ms := beat(d, 3, true)
+	if !has(ms, chain.MsgPrecopy) {
+		t.Fatalf("the restarted tail was not joined again: %+v (members %v, busy %v)", ms, x.m.Members(), x.m.Busy())
+	}
+	sent = sent[:0]
+	x.step([]chain.Msg{{Type: chain.MsgPrecopyDone, From: 3, To: 9}})
+	x.step([]chain.Msg{{Type: chain.MsgFlushAck, From: 3, To: 9}})
+	if has(sent, chain.MsgTruncate) || x.m.Length() != 3 {
+		t.Fatalf("after the change the chain's length is %d (members %v): the rejoin truncated the tail: %+v", x.m.Length(), x.m.Members(), sent)
+	}
+}
+
+// TestHostedMasterWantedJoinAbortedCountsOnce: the wanted joiner's flush is
+// aborted (a member fails during it; the master fences the joiner, which
+// asks again and is joined again) — the e2e replace of a SIGKILLed head
+// does this in some runs. The joiner is one node wanted in, counted once:
+// after replacing 2 of [1 2 3] by 4, with 1 failed during 4's first flush,
+// the chain's length is 3. Counted twice it is 4, one more than the chain
+// can reach, so the master never forgets the members failed since the
+// chain was last whole (chain.Master.settle) — among them the removed
+// node, which retires and never reports: a later whole-chain restart waits
+// for it for ever.
+func TestHostedMasterWantedJoinAbortedCountsOnce(t *testing.T) {
+	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
+	t0 := time.Unix(1_000_000, 0)
+	now := t0
+	meta := &wantMeta{fakeMeta: &fakeMeta{}, joining: []uint64{4}, leaving: []uint64{2}}
+	var sent, all []chain.Msg
+	cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
+		Meta: meta, Send: func(_ uint64, m *chain.Msg) { sent, all = append(sent, *m), append(all, *m) }}
+	x, err := newMaster(cfg, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(d time.Duration) { now = t0.Add(d) }
+	tick := func(d time.Duration) { at(d); x.tick(now) }
+	seq := uint64(0)
+	beat := func(d time.Duration, id chain.NodeID, refused bool) []chain.Msg {
+		at(d)
+		sent = sent[:0]
+		seq++
+		x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: seq, Refused: refused}})
+		return slices.Clone(sent)
+	}
+	has := func(ms []chain.Msg, typ chain.MsgType) bool {
+		return slices.ContainsFunc(ms, func(m chain.Msg) bool { return m.Type == typ })
+	}
+	d := lease + 2*hb
+	tick(0)
+	tick(d)
+	for id := chain.NodeID(1); id <= 3; id++ {
+		beat(d, id, false)
+	}
+	join := func() {
+		t.Helper()
+		if ms := beat(d, 4, true); !has(ms, chain.MsgPrecopy) {
+			t.Fatalf("the wanted node was not joined: %+v (members %v busy %v tail %v)", ms, x.m.Members(), x.m.Busy(), x.m.Tail())
+		}
+		sent = sent[:0]
+		x.step([]chain.Msg{{Type: chain.MsgPrecopyDone, From: 4, To: 9}})
+		if !has(sent, chain.MsgFlush) {
+			t.Fatalf("no flush: %+v", sent)
+		}
+	}
+	join()
+	d += hb
+	tick(d) // the master sees 4 in the chain, flushing
+	// Node 1, the head, restarts during the flush: the join is aborted.
+	beat(d, 1, true)
+	if x.m.Joiner() != 0 || slices.Contains(x.m.Members(), 4) {
+		t.Fatalf("the flush was not aborted: members %v joiner %d", x.m.Members(), x.m.Joiner())
+	}
+	for _, typ := range []chain.MsgType{chain.MsgCRHeadDone, chain.MsgCRMidDone} {
+		x.step([]chain.Msg{{Type: typ, From: 2, To: 9, Epoch: x.m.Epoch()}})
+	}
+	d += hb
+	tick(d)
+	join() // it asks again
+	x.step([]chain.Msg{{Type: chain.MsgFlushAck, From: 4, To: 9}})
+	meta.joining = nil
+	// Node 2 drains and is failed; the change is done.
+	for end := d + lease + 4*hb; d < end && !slices.Equal(chainIDs(x.m.Members()), []uint64{4, 3}); d += hb {
+		tick(d)
+		for _, id := range x.m.Members() {
+			beat(d, id, false)
+		}
+	}
+	d += hb
+	tick(d)
+	if x.wanting || !slices.Equal(chainIDs(x.m.Members()), []uint64{4, 3}) {
+		t.Fatalf("the change is not done: members %v", x.m.Members())
+	}
+	// Node 1 (restarted) is still one of the chain's, joined again: [4 1
+	// 3] is the chain whole. Then the whole chain goes down: its restart
+	// waits for its members, not for node 2, which retired.
+	for _, m := range slices.Clone(all) {
+		done := map[chain.MsgType]chain.MsgType{chain.MsgCRHead: chain.MsgCRHeadDone, chain.MsgCRMid: chain.MsgCRMidDone, chain.MsgCRTail: chain.MsgCRTailDone}[m.Type]
+		if done != 0 {
+			x.step([]chain.Msg{{Type: done, From: m.To, To: 9, Epoch: m.Epoch}})
+		}
+	}
+	if ms := beat(d, 1, true); !has(ms, chain.MsgPrecopy) {
+		t.Fatalf("node 1 not joined again: %+v (busy %v)", ms, x.m.Busy())
+	}
+	x.step([]chain.Msg{{Type: chain.MsgPrecopyDone, From: 1, To: 9}})
+	x.step([]chain.Msg{{Type: chain.MsgFlushAck, From: 1, To: 9}})
+	if !slices.Equal(chainIDs(x.m.Members()), []uint64{4, 1, 3}) {
+		t.Fatalf("node 1 not linked in: %v", x.m.Members())
+	}
+	for _, id := range x.m.Members() {
+		x.m.Fail(id)
+	}
+	if aw := x.m.Awaited(); slices.Contains(aw, 2) {
+		t.Errorf("the chain [4 1 3] went down; its restart waits for %v, the removed node 2 among them (length %d)", aw, x.m.Length())
+	}
+	if x.m.Length() != 3 {
+		t.Fatalf("after replacing 2 by 4, 4's first flush aborted, the chain's length is %d, want 3", x.m.Length())
+	}
+}
+
+// TestHostedMasterDrainWaitsForNoJoin: a leaving member drains (no new
+// lease) only while nothing else is under way. Node 2 of [1 2 3], the
+// head, starts draining; then the map wants node 5 in as well (another
+// replace-node, whose new node has not started): the master waits for
+// that join before failing anyone, and node 2 must get its lease back
+// meanwhile — without one the head takes no writes, for as long as node 5
+// takes to start, if ever.
+func TestHostedMasterDrainWaitsForNoJoin(t *testing.T) {
+	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
+	t0 := time.Unix(1_000_000, 0)
+	now := t0
+	meta := &wantMeta{fakeMeta: &fakeMeta{}}
+	var sent []chain.Msg
+	cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
+		Meta: meta, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}
+	x, err := newMaster(cfg, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(d time.Duration) { now = t0.Add(d) }
+	tick := func(d time.Duration) { at(d); x.tick(now) }
+	seq := uint64(0)
+	granted := func(d time.Duration, id chain.NodeID) bool {
+		at(d)
+		sent = sent[:0]
+		seq++
+		x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: seq}})
+		return slices.ContainsFunc(sent, func(m chain.Msg) bool {
+			return m.Type == chain.MsgHeartbeat && m.To == id && slices.Contains(m.Members, id)
+		})
+	}
+	d := lease + 2*hb
+	tick(0)
+	tick(d) // acting
+	for _, id := range []chain.NodeID{1, 2, 3} {
+		if !granted(d, id) {
+			t.Fatalf("member %d not granted a lease", id)
+		}
+	}
+	meta.leaving = []uint64{1} // the head leaves, nothing to join: it drains
+	d += hb
+	tick(d)
+	if granted(d, 1) {
+		t.Fatal("the leaving head was granted a lease while it drains")
+	}
+	meta.joining = []uint64{5}
+	for end := d + 2*lease; d < end; d += hb {
+		tick(d)
+		for _, id := range []chain.NodeID{2, 3} {
+			granted(d, id)
+		}
+		if !slices.Contains(meta.rec.Members, 1) {
+			t.Fatalf("node 1 failed before node 5 joined: %+v", meta.rec)
+		}
+	}
+	if !granted(d, 1) {
+		t.Fatalf("node 1, the head, still without a lease %v after the master started waiting for node 5's join", 2*lease)
 	}
 }

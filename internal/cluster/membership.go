@@ -639,20 +639,24 @@ func planChain(g kv.MapGroup, join, leave []uint64) (GroupChange, bool) {
 	// fails the leaving ones.
 	ch.Members = slices.Clone(g.Members)
 	for _, id := range ch.Join {
-		ch.Members = slices.Insert(ch.Members, max(len(ch.Members)-1, 0), id)
+		if !slices.Contains(ch.Members, id) { // not linked in yet (it may be flushing)
+			ch.Members = slices.Insert(ch.Members, max(len(ch.Members)-1, 0), id)
+		}
 	}
 	ch.Members = slices.DeleteFunc(ch.Members, func(id uint64) bool { return slices.Contains(leave, id) })
 	return ch, true
 }
 
 // ChainChangeDone reports whether map cm's chain group ch.Group has carried
-// out ch: every node of ch.Join a member and none of ch.Leave.
+// out ch: every node of ch.Join a member, its join done (no longer in the
+// map's Joining: the list has the joiner from the FLUSH on, and a failure
+// during the flush aborts the join), and none of ch.Leave.
 func ChainChangeDone(cm *kv.ClusterMap, ch GroupChange) bool {
 	g, ok := cm.Group(uint64(ch.Group))
 	if !ok {
 		return false
 	}
-	return !slices.ContainsFunc(ch.Join, func(id uint64) bool { return !slices.Contains(g.Members, id) }) &&
+	return !slices.ContainsFunc(ch.Join, func(id uint64) bool { return !slices.Contains(g.Members, id) || slices.Contains(g.Joining, id) }) &&
 		!slices.ContainsFunc(ch.Leave, func(id uint64) bool { return slices.Contains(g.Members, id) })
 }
 

@@ -311,3 +311,29 @@ func TestPlanNodeChangeOfChainGroups(t *testing.T) {
 		t.Fatalf("replace metadata member 1: %+v %v", plan, err)
 	}
 }
+
+// TestChainChangeDoneWaitsForTheFlush: the map's list has the new node from
+// the master's FLUSH on, as the joiner — the map keeps it in Joining until
+// the flush is done, since a failure during it aborts the join. With the
+// old node out already (it failed before: a SIGKILLed member replaced),
+// kefir cluster replace-node must not report the change done then.
+func TestChainChangeDoneWaitsForTheFlush(t *testing.T) {
+	cm := &kv.ClusterMap{Epoch: 3,
+		Nodes: []kv.MapNode{{ID: 1, ClientAddr: "c1", PeerAddr: "p1"}, {ID: 2, ClientAddr: "c2", PeerAddr: "p2"},
+			{ID: 3, ClientAddr: "c3", PeerAddr: "p3"}, {ID: 4, ClientAddr: "c4", PeerAddr: "p4"}, {ID: 5, ClientAddr: "c5", PeerAddr: "p5"}},
+		Groups: []kv.MapGroup{{ID: 2, Members: []uint64{5, 3}, Engine: kv.EngineChain, Joining: []uint64{5}, Leaving: []uint64{4}}}}
+	ch := GroupChange{Group: 2, Chain: true, Join: []uint64{5}, Leave: []uint64{4}, Members: []uint64{5, 3}}
+	if ChainChangeDone(cm, ch) {
+		t.Fatal("done while node 5 flushes (still in the map's Joining)")
+	}
+	// A rerun plans the same wish (a no-op for the map), and the chain it
+	// leads to has node 5 once.
+	if plan, err := PlanNodeChange(cm, 4, Member{ID: 5, ClientAddr: "c5", PeerAddr: "p5"}); err != nil || len(plan) != 1 ||
+		!slices.Equal(plan[0].Join, ch.Join) || !slices.Equal(plan[0].Leave, ch.Leave) || !slices.Equal(plan[0].Members, ch.Members) {
+		t.Fatalf("a rerun while 5 flushes: %+v %v", plan, err)
+	}
+	cm.Groups[0].Joining = nil
+	if !ChainChangeDone(cm, ch) {
+		t.Fatal("not done once 5's flush is done")
+	}
+}

@@ -48,8 +48,9 @@ import (
 //	KindMapChainWant  Key: a group, the map epoch the caller read, the
 //	                  nodes to add and the nodes to remove
 //	                  (AppendMapChainWant). Compare-and-set by the map's
-//	                  epoch. The group's Joining becomes the nodes to add
-//	                  that are not members yet; its Leaving gains the nodes
+//	                  epoch. The group's Joining gains the nodes to add
+//	                  that are not members yet and loses the nodes to
+//	                  remove (a join given up); its Leaving gains the nodes
 //	                  to remove (and loses the nodes to add: an operator
 //	                  taking a node back). The same wish again is a no-op
 //	                  whatever the epoch (a rerun). Refused for a group
@@ -283,7 +284,20 @@ func chainWant(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 			return nil, Result{}, errMap("chain %d: node %d is not a node of the map (add it first)", w.Group, id)
 		}
 	}
-	join := slices.DeleteFunc(slices.Clone(w.Join), func(id uint64) bool { return slices.Contains(g.Members, id) })
+	// A wish adds to the change under way, as to Leaving: the nodes still
+	// wanted in stay (but for those this wish removes: how a join is given
+	// up), and this wish's join unless joined already — a member the map
+	// no longer wants in (followChain cleared it; one still in Joining may
+	// be the record's joiner, whose flush a failure can abort). Replacing
+	// Joining instead would let a second command (remove-node of another
+	// member) drop the first's new node while its old one stays in
+	// Leaving: the chain would lose both.
+	join := slices.DeleteFunc(slices.Clone(g.Joining), func(id uint64) bool { return slices.Contains(w.Leave, id) })
+	for _, id := range w.Join {
+		if !slices.Contains(join, id) && !slices.Contains(g.Members, id) {
+			join = append(join, id)
+		}
+	}
 	leave := slices.DeleteFunc(slices.Clone(g.Leaving), func(id uint64) bool { return slices.Contains(w.Join, id) })
 	for _, id := range w.Leave {
 		if !slices.Contains(leave, id) {

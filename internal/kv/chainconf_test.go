@@ -251,3 +251,82 @@ func TestMapChainWant(t *testing.T) {
 		}
 	}
 }
+
+// TestMapChainWantRerunWhileTheJoinerFlushes: the command run again (or
+// any wish naming the same node to add) while the master flushes the
+// joiner — the record, hence the map's list, has it as a member, but as
+// the joiner, which followChain keeps in Joining because a failure during
+// the flush aborts the join — must keep it in Joining. Dropped there, the
+// map no longer wants it: an aborted flush leaves it out for good (the
+// master counts the chain one shorter), and kefir cluster replace-node
+// reports the change done.
+func TestMapChainWantRerunWhileTheJoinerFlushes(t *testing.T) {
+	m := mem{}
+	apply := applier(t, m)
+	initMap(t, apply)
+	nd := MapNode{ID: 4, ClientAddr: "127.0.0.1:4", PeerAddr: "127.0.0.1:14"}
+	if _, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, nd)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(&Op{Kind: KindMapAddGroup, Key: AppendMapAddGroup(nil, MapAddGroup{MapMembers: MapMembers{Group: 3, Members: []uint64{1, 2, 3}}, Engine: EngineChain})}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(chainOp(KindMapChainInit, ChainConfig{Group: 3, Members: []uint64{1, 2, 3}}, 0)); err != nil {
+		t.Fatal(err)
+	}
+	replace := MapChainWant{Group: 3, Epoch: readMap(t, m).Epoch, Join: []uint64{4}, Leave: []uint64{2}}
+	if _, err := apply(&Op{Kind: KindMapChainWant, Key: AppendMapChainWant(nil, replace)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(chainOp(KindMapChainSet, ChainConfig{Group: 3, Epoch: 1, Members: []uint64{1, 2, 4, 3}, Joiner: 4}, 0)); err != nil {
+		t.Fatal(err)
+	}
+	replace.Epoch = readMap(t, m).Epoch
+	if _, err := apply(&Op{Kind: KindMapChainWant, Key: AppendMapChainWant(nil, replace)}); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := readMap(t, m).Group(3)
+	if !slices.Equal(g.Joining, []uint64{4}) || !slices.Equal(g.Leaving, []uint64{2}) {
+		t.Fatalf("the wish again while 4 flushes: joining %v, leaving %v; want [4] [2]", g.Joining, g.Leaving)
+	}
+}
+
+// TestMapChainWantKeepsAnotherWishsJoin: a wish adds to the chain's change
+// under way, as it adds to Leaving: replace 2 by 4 (node 4 not started yet:
+// the command timed out, "start the node and run the command again"), then
+// remove-node 3 — the second wish must not drop node 4 from Joining, or the
+// master carries out "2 and 3 out, no one in" and the chain of three runs
+// on one member. Naming a joining node to remove is how its join is given
+// up.
+func TestMapChainWantKeepsAnotherWishsJoin(t *testing.T) {
+	m := mem{}
+	apply := applier(t, m)
+	initMap(t, apply)
+	nd := MapNode{ID: 4, ClientAddr: "127.0.0.1:4", PeerAddr: "127.0.0.1:14"}
+	if _, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, nd)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(&Op{Kind: KindMapAddGroup, Key: AppendMapAddGroup(nil, MapAddGroup{MapMembers: MapMembers{Group: 3, Members: []uint64{1, 2, 3}}, Engine: EngineChain})}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(chainOp(KindMapChainInit, ChainConfig{Group: 3, Members: []uint64{1, 2, 3}}, 0)); err != nil {
+		t.Fatal(err)
+	}
+	want := func(w MapChainWant) {
+		t.Helper()
+		w.Epoch = readMap(t, m).Epoch
+		if _, err := apply(&Op{Kind: KindMapChainWant, Key: AppendMapChainWant(nil, w)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	group := func() MapGroup { g, _ := readMap(t, m).Group(3); return *g }
+	want(MapChainWant{Group: 3, Join: []uint64{4}, Leave: []uint64{2}})
+	want(MapChainWant{Group: 3, Leave: []uint64{3}})
+	if g := group(); !slices.Equal(g.Joining, []uint64{4}) || !slices.Equal(g.Leaving, []uint64{2, 3}) {
+		t.Fatalf("replace 2 by 4, then remove 3: joining %v, leaving %v; want [4] [2 3]", g.Joining, g.Leaving)
+	}
+	want(MapChainWant{Group: 3, Leave: []uint64{4}})
+	if g := group(); g.Joining != nil || !slices.Equal(g.Leaving, []uint64{2, 3, 4}) {
+		t.Fatalf("4's join given up: joining %v, leaving %v; want [] [2 3 4]", g.Joining, g.Leaving)
+	}
+}
