@@ -517,6 +517,12 @@ func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member) ([]GroupChange, er
 			// for nw to join (a rerun while the master carries it out: a
 			// failed old is out of the record already).
 			if ch, ok := planChain(g, []uint64{nw.ID}, []uint64{old}); ok {
+				if slices.Contains(g.Leaving, nw.ID) {
+					// Its member there retired on disk, and its node never
+					// reopens it: the change would wait for ever, the
+					// chain kept one longer meanwhile (review30b).
+					return nil, fmt.Errorf("node %d left chain group %d (its member there retired): it cannot take node %d's place in it; give the new node an unused id", nw.ID, g.ID, old)
+				}
 				out = append(out, ch)
 			}
 			continue

@@ -300,6 +300,11 @@ func TestPlanNodeChangeOfChainGroups(t *testing.T) {
 	if !ChainChangeDone(cm, GroupChange{Group: 2, Chain: true, Join: []uint64{5}, Leave: []uint64{4}}) {
 		t.Fatal("the change done, but ChainChangeDone says not")
 	}
+	// A node that left the chain cannot come back in another's place: its
+	// member there retired, its node would never reopen it (review30b).
+	if _, err := PlanNodeChange(cm, 3, Member{ID: 4, ClientAddr: "c4", PeerAddr: "p4"}); err == nil || !strings.Contains(err.Error(), "left chain group 2") {
+		t.Fatalf("replace node 3 by node 4, which left the chain: %v", err)
+	}
 	g.Members, g.Leaving = []uint64{3, 4}, nil
 	// A metadata member not in the chain is replaced and removed as in a
 	// cluster without one: group 1 and the metadata group.
