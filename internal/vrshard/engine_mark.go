@@ -311,13 +311,15 @@ func (r *Replica) leaderLeased() bool {
 // they are committed, so a mismatch is final. Call it once applied >= the
 // token's versions (waitSession).
 func (r *Replica) checkSessionViews(s shard.Session) error {
-	return sessionViewsIn(r.views.Load().opView, s, "", r.opts.Chain != nil)
+	return sessionViewsIn(r.views.Load().opView, s, nil, r.opts.Chain != nil)
 }
 
 // sessionViewsIn fails s if it names, at an op view knows, another view
-// than view's; by says whose history judged it (empty: this replica's);
+// than view's; by says whose history judged it (nil: this replica's), called
+// only for the error: a session read makes this check per part of the token
+// and per hosted group, and the words would cost more than the check;
 // chain: the history is a chain member's, its views the head's epochs.
-func sessionViewsIn(view func(uint64) (uint64, bool), s shard.Session, by string, chain bool) error {
+func sessionViewsIn(view func(uint64) (uint64, bool), s shard.Session, by func() string, chain bool) error {
 	for _, p := range [2]struct {
 		what  string
 		v     uint64
@@ -333,8 +335,12 @@ func sessionViewsIn(view func(uint64) (uint64, bool), s shard.Session, by string
 				// update in (chainsession.go).
 				return chainViewLost(p.what, p.v, p.view, view)
 			}
+			whose := ""
+			if by != nil {
+				whose = by()
+			}
 			return fmt.Errorf("%w: the session %s version %d of view %d, but op %d was committed in view %d%s (a view change dropped the write before a majority held it); start a new session",
-				shard.ErrSessionLost, p.what, p.v, p.view, p.v, view, by)
+				shard.ErrSessionLost, p.what, p.v, p.view, p.v, view, whose)
 		}
 	}
 	return nil
@@ -387,7 +393,9 @@ func (r *Replica) CopiedSessionViews(gid uint32, s shard.Session) error {
 	if !ok {
 		return nil
 	}
-	return sessionViewsIn(c.View, s, fmt.Sprintf(" (by the copy of group %d's view history a move brought to this group, up to op %d)", gid, c.Top), false)
+	return sessionViewsIn(c.View, s, func() string {
+		return fmt.Sprintf(" (by the copy of group %d's view history a move brought to this group, up to op %d)", gid, c.Top)
+	}, false)
 }
 
 // MoveViews returns what a move of this group's slots takes to the
