@@ -294,6 +294,14 @@ func TestSessionWriteAfterALostWriteIsRefused(t *testing.T) {
 				return err == nil || errors.Is(err, shard.ErrSessionLost)
 			})
 			if !tc.broken {
+				if werr == nil {
+					// Accepted: say what the leader had, and whether the
+					// first write was lost at all (a linearizable read).
+					l := c.leader(5 * time.Second)
+					got, rerr := c.reps[l].Read(context.Background(), get("x"), level.ConsLinearizable, shard.Session{})
+					t.Fatalf("the session's write after its lost write was accepted (token %q, then %q) at replica %d (view %d, log to %d, committed %d); x reads %q (%v): want ErrSessionLost",
+						sess, after, c.ids[l], c.reps[l].view.Load(), c.reps[l].lastOp.Load(), c.reps[l].commit.Load(), got.Bulk, rerr)
+				}
 				if !errors.Is(werr, shard.ErrSessionLost) {
 					t.Fatalf("the session's write after its lost write: %v; want ErrSessionLost", werr)
 				}
