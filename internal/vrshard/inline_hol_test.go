@@ -20,9 +20,11 @@ import (
 // snapshot's engine sync, a segment roll's fsync on a busy disk). Group 2
 // must go on committing: its prepares to the second node cross the same
 // link as group 1's, and a link's reader that only queues group 1's batch
-// for group 1's driver (as before inline rounds) reads on. A reader that
-// runs group 1's round itself (inline.go, stepInline) reads nothing
-// meanwhile, so group 2's write waits for the held round.
+// for group 1's driver (as before inline rounds, 6c62c8f: the write takes
+// under a millisecond) reads on until group 1's inbox is full (256
+// batches: seconds of heartbeats). A reader that runs group 1's round
+// itself (inline.go, stepInline) reads nothing meanwhile, so group 2's
+// write waits for the held round (main at d0faae1: ~2.9 s).
 func TestSlowRoundOfOneGroupDoesNotStallAnotherOnTheLink(t *testing.T) {
 	mutation.Require(t)
 	const hold = 3 * time.Second
