@@ -10,8 +10,10 @@ package vrshard
 // transport's connection reader, deliver) or a finished log fsync (the
 // syncer) runs the round itself: the same handlers (step, syncFinished)
 // and the same afterEvents, under the same lock, one round at a time.
-// Not a large batch's (deliver): a reader in a round reads nothing for the
-// node's other groups on its link, and a snapshot's round takes seconds.
+// A reader steps inline only where its link carries this group alone
+// (deliver, transport.Endpoint.Alone): in a round it reads nothing for
+// the node's other groups on the link, and any round can take long; nor a
+// large batch (a snapshot's round takes seconds).
 //
 // Why the host's rules still hold: an inline round is a driver round. The
 // core is stepped by one goroutine at a time (drv), with the same inputs
