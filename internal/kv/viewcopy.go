@@ -124,7 +124,15 @@ func (c ViewCopy) View(v uint64) (uint64, bool) {
 	if v == 0 || v > c.Top {
 		return 0, false
 	}
-	i, found := slices.BinarySearchFunc(c.Starts, v, func(s ViewStart, v uint64) int {
+	return ViewAt(c.Starts, v)
+}
+
+// ViewAt returns the view op v was ordered in by history h (sorted by Op:
+// each start holds from its op up to the next start); ok false if h does
+// not reach back to v. The one search of a view history: a group's own
+// (vrshard) and a copy of another's.
+func ViewAt(h []ViewStart, v uint64) (view uint64, ok bool) {
+	i, found := slices.BinarySearchFunc(h, v, func(s ViewStart, v uint64) int {
 		switch {
 		case s.Op < v:
 			return -1
@@ -139,7 +147,7 @@ func (c ViewCopy) View(v uint64) (uint64, bool) {
 		}
 		i--
 	}
-	return c.Starts[i].View, true
+	return h[i].View, true
 }
 
 // slotViewsMark is the meta of an import entry that carries a view copy

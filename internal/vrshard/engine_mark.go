@@ -56,9 +56,9 @@ func viewKey(op uint64) []byte {
 	return k
 }
 
-// viewStart says that the applied ops from op on (up to the next start)
-// were ordered in view.
-type viewStart struct{ op, view uint64 }
+// viewStart says that the applied ops from Op on (up to the next start)
+// were ordered in View: kv's, which a move's view copy carries too.
+type viewStart = kv.ViewStart
 
 // viewHist is the published view history: starts covers the applied ops up
 // to top (and the ops the engine may show ahead of applied: it is published
@@ -81,24 +81,7 @@ func (h *viewHist) opView(v uint64) (uint64, bool) {
 // viewOf returns the view applied op v was ordered in, from history h
 // (sorted by op); ok false if h does not reach back to v (ops applied
 // before the history existed).
-func viewOf(h []viewStart, v uint64) (view uint64, ok bool) {
-	i, found := slices.BinarySearchFunc(h, v, func(s viewStart, v uint64) int {
-		switch {
-		case s.op < v:
-			return -1
-		case s.op > v:
-			return 1
-		}
-		return 0
-	})
-	if !found {
-		if i == 0 {
-			return 0, false
-		}
-		i--
-	}
-	return h[i].view, true
-}
+func viewOf(h []viewStart, v uint64) (view uint64, ok bool) { return kv.ViewAt(h, v) }
 
 // loadMarks reads the applied mark and the view history from the engine: at
 // start, and after a snapshot changed the engine.
@@ -125,7 +108,7 @@ func (a *applier) loadMarks() error {
 		if n <= 0 {
 			return true
 		}
-		h = append(h, viewStart{op: binary.BigEndian.Uint64(k[len(viewPrefix):]), view: view})
+		h = append(h, viewStart{Op: binary.BigEndian.Uint64(k[len(viewPrefix):]), View: view})
 		return true
 	})
 	if err != nil {
@@ -145,11 +128,11 @@ func (a *applier) noteView(v, view uint64) {
 		a.viewTop = v
 		a.viewsChanged = true
 	}
-	if n := len(a.views); n > 0 && (a.views[n-1].view == view || a.views[n-1].op >= v) {
+	if n := len(a.views); n > 0 && (a.views[n-1].View == view || a.views[n-1].Op >= v) {
 		return
 	}
 	// Copy on write: readers hold the published slice (Replica.views).
-	a.views = append(slices.Clip(a.views), viewStart{op: v, view: view})
+	a.views = append(slices.Clip(a.views), viewStart{Op: v, View: view})
 	k := viewKey(v)
 	if v <= a.replayTo {
 		if vs, err := a.db.Versions(k); err == nil && len(vs) > 0 {
@@ -410,8 +393,8 @@ func (r *Replica) MoveViews(gid uint32) (views []kv.GroupViews, top uint64) {
 	if h := r.views.Load(); h != nil {
 		own := kv.GroupViews{Group: gid, ViewCopy: kv.ViewCopy{Top: h.top, Starts: make([]kv.ViewStart, 0, len(h.starts))}}
 		for _, s := range h.starts {
-			if s.op <= h.top {
-				own.Starts = append(own.Starts, kv.ViewStart{Op: s.op, View: s.view})
+			if s.Op <= h.top {
+				own.Starts = append(own.Starts, s)
 			}
 		}
 		views, top = append(views, own), h.top

@@ -29,7 +29,7 @@ func TestWriteSessionCheckAcrossAReconfiguration(t *testing.T) {
 	r.commit.Store(60)
 	// Applied up to 55: ops 1-49 of view 2, 50-59 of view 3 (epoch 1),
 	// op 60 the reconfiguration (view 3); the tail holds 56-60.
-	r.views.Store(&viewHist{starts: []viewStart{{op: 1, view: 2}, {op: 50, view: 3}}, top: 55})
+	r.views.Store(&viewHist{starts: []viewStart{{Op: 1, View: 2}, {Op: 50, View: 3}}, top: 55})
 	for op := uint64(56); op <= 60; op++ {
 		r.tail = append(r.tail, vr.Entry{View: 3, Op: op})
 	}
