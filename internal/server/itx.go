@@ -1025,9 +1025,23 @@ func (c *conn) txCommit(h uint64, tx *itxn, prepare bool) error {
 	if prepare {
 		return c.w.WriteBulk(enc)
 	}
-	c.queueWrite(txApplySpec, [][]byte{[]byte("KEFIR.TXAPPLY"), enc}, callOpts{})
+	c.queueTxCommit(enc)
 	c.flushWrites()
 	return nil
+}
+
+// queueTxCommit queues an interactive transaction's commit op (enc) as the
+// writer's write: unlike a coordinator's KEFIR.TXAPPLY it carries the
+// writer's session (writeSession), since its result advances that session
+// as any write's does — one that carried none would let a session whose
+// cad or async write was lost commit past the loss unjudged
+// (writeSessionCheck, chainSessionCheck).
+func (c *conn) queueTxCommit(enc []byte) {
+	n := len(c.writes)
+	c.queueWrite(txApplySpec, [][]byte{[]byte("KEFIR.TXAPPLY"), enc}, callOpts{})
+	if len(c.writes) > n {
+		c.writes[n].Session = c.writeSession(callOpts{})
+	}
 }
 
 // txEnd forgets transaction h and unpins its snapshot; the caller holds

@@ -56,3 +56,29 @@ func TestTransactionCarriesTheSession(t *testing.T) {
 		t.Fatalf("a transaction at the session level carries session %q, want the connection's %q", got, connTok)
 	}
 }
+
+// TestInteractiveCommitCarriesTheSession: a KEFIR.TX commit is queued as a
+// KEFIR.TXAPPLY (queueTxCommit) and advances the writer's session as any
+// write does, so it carries the session for the replica's check; a
+// coordinator's KEFIR.TXAPPLY from a peer carries none (its connection's
+// session is not a writer's).
+func TestInteractiveCommitCarriesTheSession(t *testing.T) {
+	connTok := shard.Session{LastWrite: 7, WriteView: 2, WriteViewKnown: true}
+	op, err := kv.NewTxCommit(5, kv.TxSerializable, kv.TxOrigin{}, nil, []kv.Op{{Kind: kv.KindSet, Key: []byte("k"), Value: []byte("v")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := kv.AppendOp(nil, &op)
+	c := &conn{cons: level.ConsSession, sess: connTok, srv: &Server{}}
+	c.queueTxCommit(enc)
+	if len(c.writes) != 1 {
+		t.Fatalf("the commit was not queued (%d writes)", len(c.writes))
+	}
+	if got := c.writes[0].Session; got.String() != connTok.String() {
+		t.Fatalf("an interactive commit at the session level carries session %q, want the connection's %q", got, connTok)
+	}
+	c.queueWrite(txApplySpec, [][]byte{[]byte("KEFIR.TXAPPLY"), enc}, callOpts{})
+	if len(c.writes) != 2 || !c.writes[1].Session.IsZero() {
+		t.Fatalf("a coordinator's KEFIR.TXAPPLY carries a session: %+v", c.writes)
+	}
+}
