@@ -384,11 +384,11 @@ func (t *Transport) Register(group uint64, engine frame.Engine, h Handler, onPro
 	return e, nil
 }
 
-// Alone reports whether the endpoint's group is the only one registered on
-// the transport: its peers' links then carry no other group's messages, so
-// a connection's reader that spends a while in the group's Handler delays
-// no other group (vrshard's inline rounds run only then).
-func (e *Endpoint) Alone() bool { return len(*e.t.groups.Load()) == 1 }
+// Alone reports whether at most one group is registered on the transport:
+// its peers' links then carry no other group's messages, so a connection's
+// reader that spends a while in that group's Handler delays no other group
+// (vrshard's inline rounds run only then).
+func (t *Transport) Alone() bool { return len(*t.groups.Load()) <= 1 }
 
 // Close unregisters the endpoint: its group's inbound messages are dropped
 // from now on, and its sends fail with ErrClosed. A Handler call already

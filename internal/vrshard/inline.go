@@ -11,7 +11,7 @@ package vrshard
 // syncer) runs the round itself: the same handlers (step, syncFinished)
 // and the same afterEvents, under the same lock, one round at a time.
 // A reader steps inline only where its link carries this group alone
-// (deliver, transport.Endpoint.Alone): in a round it reads nothing for
+// (deliver, transport.Transport.Alone): in a round it reads nothing for
 // the node's other groups on the link, and any round can take long; nor a
 // large batch (a snapshot's round takes seconds).
 //

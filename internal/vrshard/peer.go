@@ -46,6 +46,10 @@ func (r *Replica) openEndpoint() error {
 		}
 		r.ownTr = tr
 	}
+	// Before Register: deliver may run as soon as it returns, before r.ep
+	// is set below, and reads peerTr (whether the links carry this group
+	// alone).
+	r.peerTr = tr
 	ep, err := tr.Register(opts.Group, r.eng.Engine(), r.deliver, r.progress)
 	if err != nil {
 		if r.ownTr != nil {
@@ -92,7 +96,7 @@ func (r *Replica) deliver(from uint64, in []frame.Message) error {
 	}
 	ib := inbound{from: from, batch: b, at: traceNow()}
 	// An idle driver's round runs here (inline.go) only where the link
-	// carries this group alone: while it runs this reader reads nothing
+	// carries this group alone (transport.Alone): while it runs this reader reads nothing
 	// else, and any round can take long (a log write held by the kernel's
 	// dirty-page limit, a recovering member's sync, applying a large
 	// committed batch), so on a node of several groups the others' messages
@@ -101,7 +105,7 @@ func (r *Replica) deliver(from uint64, in []frame.Message) error {
 	// large values), which writes and syncs the state for up to seconds
 	// (TestLargeBatchRoundDoesNotStallAnotherOnTheLink): the hand-off saved
 	// is nothing against that round.
-	if r.ep == nil || !r.ep.Alone() || batchBytes(in) >= largeMessage || !r.stepInline(ib) {
+	if !r.peerTr.Alone() || batchBytes(in) >= largeMessage || !r.stepInline(ib) {
 		r.queueInbound(ib)
 	}
 	return nil

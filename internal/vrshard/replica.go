@@ -775,8 +775,11 @@ type Replica struct {
 	app   *applier
 	ep    *transport.Endpoint  // this group's endpoint on the node transport (peer.go); nil with Options.Network
 	ownTr *transport.Transport // the transport Open started, if not given one
-	start time.Time
-	mut   mutations
+	// peerTr: the transport the group's endpoint is on (own or the node's),
+	// set before the endpoint registers (deliver reads it).
+	peerTr *transport.Transport
+	start  time.Time
+	mut    mutations
 
 	// The environment (env.go): opts.Clock, the network sent on (ep, or
 	// opts.Network), the executor of off-driver work and opts.Random.
