@@ -105,7 +105,7 @@ func (r *Replica) deliver(from uint64, in []frame.Message) error {
 	// large values), which writes and syncs the state for up to seconds
 	// (TestLargeBatchRoundDoesNotStallAnotherOnTheLink): the hand-off saved
 	// is nothing against that round.
-	if !r.peerTr.Alone() || batchBytes(in) >= largeMessage || !r.stepInline(ib) {
+	if r.peerTr == nil || !r.peerTr.Alone() || batchBytes(in) >= largeMessage || !r.stepInline(ib) {
 		r.queueInbound(ib)
 	}
 	return nil
