@@ -72,12 +72,7 @@ func (r *Replica) chainSessionCheck(s shard.Session) error {
 	if mutation.On && r.mut.chainSessionUnchecked {
 		return nil
 	}
-	for _, p := range [2]struct {
-		what  string
-		v     uint64
-		view  uint64
-		known bool
-	}{{"wrote", s.LastWrite, s.WriteView, s.WriteViewKnown}, {"read", s.MaxRead, s.ReadView, s.ReadViewKnown}} {
+	for _, p := range tokenParts(s) {
 		if p.v == 0 {
 			continue
 		}

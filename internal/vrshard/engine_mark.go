@@ -227,12 +227,7 @@ func (r *Replica) writeSessionCheck(s shard.Session) error {
 		return nil // the core refuses the proposal; no judgement from a log that is not the view's
 	}
 	view, last, commit := r.lastHS.View, r.lastOp.Load(), r.commit.Load()
-	for _, p := range [2]struct {
-		what  string
-		v     uint64
-		view  uint64
-		known bool
-	}{{"wrote", s.LastWrite, s.WriteView, s.WriteViewKnown}, {"read", s.MaxRead, s.ReadView, s.ReadViewKnown}} {
+	for _, p := range tokenParts(s) {
 		if p.v == 0 || !p.known {
 			continue
 		}
@@ -278,6 +273,22 @@ func (r *Replica) writeSessionCheck(s shard.Session) error {
 	return nil
 }
 
+// tokenPart is one position a session token names: the version the
+// session wrote (what "wrote") or read ("read") up to, with its view if
+// known. The session checks judge each (writeSessionCheck,
+// sessionViewsIn, chainSessionCheck).
+type tokenPart struct {
+	what  string
+	v     uint64
+	view  uint64
+	known bool
+}
+
+// tokenParts is s's two positions, written then read.
+func tokenParts(s shard.Session) [2]tokenPart {
+	return [2]tokenPart{{"wrote", s.LastWrite, s.WriteView, s.WriteViewKnown}, {"read", s.MaxRead, s.ReadView, s.ReadViewKnown}}
+}
+
 // leaderLeased reports whether this replica leads under a current leader
 // lease: its view is the group's latest.
 func (r *Replica) leaderLeased() bool {
@@ -303,12 +314,7 @@ func (r *Replica) checkSessionViews(s shard.Session) error {
 // and per hosted group, and the words would cost more than the check;
 // chain: the history is a chain member's, its views the head's epochs.
 func sessionViewsIn(view func(uint64) (uint64, bool), s shard.Session, by func() string, chain bool) error {
-	for _, p := range [2]struct {
-		what  string
-		v     uint64
-		view  uint64
-		known bool
-	}{{"wrote", s.LastWrite, s.WriteView, s.WriteViewKnown}, {"read", s.MaxRead, s.ReadView, s.ReadViewKnown}} {
+	for _, p := range tokenParts(s) {
 		if !p.known {
 			continue
 		}
