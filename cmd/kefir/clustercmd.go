@@ -314,118 +314,64 @@ func runClusterRemoveGroup(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := rf.context()
 	defer cancel()
-	g := cluster.GroupID(*id)
-	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) }
-	rb := rf.rebalancer("remove-group", mover, stderr)
-	for stale := 0; ; {
-		mv := mover()
-		mv.RetryFor = 10 * time.Second
-		cm, err := mv.MetaMap(ctx)
-		mv.Close()
-		if err != nil {
-			return fmt.Errorf("remove-group: the cluster map: %w", err)
-		}
-		own, err := checkRemoveGroup(cm, *id)
-		if errors.Is(err, errRemovedAlready) {
-			_, err = fmt.Fprintf(stdout, "group %d is not in the map (removed; map epoch %d)\n", *id, cm.Epoch)
-			return err
-		}
-		if err != nil {
-			return fmt.Errorf("remove-group: %w; nothing changed", err)
-		}
-		if len(cm.Moves) > 0 {
-			// One move at a time: a move left in flight (this command's
-			// own before a crash, or another driver's) is finished
-			// first — resumed at its record, or taken over once its
-			// lease lapsed (the metadata leader may take it first: then
-			// this waits and reads the map again).
-			rec := cm.Moves[0]
+	rm := &cluster.GroupRemoval{
+		Group:      cluster.GroupID(*id),
+		Rebalancer: rf.rebalancer("remove-group", mover, stderr),
+		Logf:       func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) },
+		Meta: func(f func(mv *cluster.Mover) error) error {
+			mv := mover()
+			defer mv.Close()
+			mv.RetryFor = 10 * time.Second
+			return f(mv)
+		},
+		Weigh: func(ctx context.Context, cm *kv.ClusterMap) ([]cluster.PlanGroup, []int64, error) {
+			mv := mover()
+			defer mv.Close()
+			mv.Page = *rf.page
+			return rf.weighSlots(ctx, mv, cm)
+		},
+		Pause: func(ctx context.Context) error {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(*rf.lease):
+				return nil
+			}
+		},
+		InFlight: func(rec kv.MapMove) error {
 			if *dry {
 				return fmt.Errorf("remove-group: a move is in flight (slots %s from group %d to group %d): finish or abort it first", cluster.FormatSlotRanges(rec.Slots), rec.From, rec.To)
 			}
-			logf("a move is in flight (slots %s from group %d to group %d at epoch %d): finishing it first", cluster.FormatSlotRanges(rec.Slots), rec.From, rec.To, rec.Epoch)
-			m := rb.NewMover()
-			if _, err := m.Move(ctx, cluster.GroupID(rec.From), cluster.GroupID(rec.To), rec.Slots); err != nil {
-				logf("the move in flight: %v (reading the map again)", err)
-				select {
-				case <-ctx.Done():
-					return fmt.Errorf("remove-group: %w", ctx.Err())
-				case <-time.After(*rf.lease):
-				}
-			}
-			continue
-		}
-		if own > 0 {
-			mv := mover()
-			mv.Page = *rf.page
-			groups, weights, err := rf.weighSlots(ctx, mv, cm)
-			mv.Close()
-			if err != nil {
-				return fmt.Errorf("remove-group: %w", err)
-			}
-			plan := cluster.PlanDrain(groups, weights, g)
+			return nil
+		},
+		Planned: func(cm *kv.ClusterMap, own int, plan cluster.Plan) bool {
 			fmt.Fprintf(stdout, "group %d owns %d slots at map epoch %d; moving them by %s:\n%s", *id, own, cm.Epoch, *rf.by, plan)
-			if *dry {
-				return nil
-			}
-			done, err := rb.Run(ctx, plan)
+			return !*dry
+		},
+		Moved: func(done []cluster.RebalanceMove) {
 			for _, m := range done {
 				if m.Result.Epoch != 0 {
 					fmt.Fprintf(stdout, "moved %d-%d from group %d to group %d at epoch %d in %v\n", m.Slots.Start, m.Slots.End, m.From, m.To, m.Result.Epoch, m.Result.Total.Round(time.Millisecond))
 				}
 			}
-			if err != nil {
-				return fmt.Errorf("remove-group: %w (run it again to go on)", err)
+		},
+		Empty: func(cm *kv.ClusterMap) bool {
+			if *dry {
+				fmt.Fprintf(stdout, "group %d owns no slots: it would be removed from the map at epoch %d\n", *id, cm.Epoch)
 			}
-			continue // the map again: every slot moved?
-		}
-		if *dry {
-			_, err := fmt.Fprintf(stdout, "group %d owns no slots: it would be removed from the map at epoch %d\n", *id, cm.Epoch)
-			return err
-		}
-		mv = mover()
-		mv.RetryFor = 10 * time.Second
-		epoch, err := mv.RemoveGroup(ctx, g, cm.Epoch)
-		if err != nil && strings.Contains(err.Error(), "check it again") && stale < 10 {
-			stale++ // the map moved on (an add-node, say) since it was read
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(stdout, "group %d is removed from the map at epoch %d; its members %v retire their replicas as they see it\n", *id, epoch, membersOf(cm, *id))
+			return !*dry
+		},
+	}
+	epoch, cm, stopped, err := rm.Run(ctx)
+	switch {
+	case errors.Is(err, cluster.ErrRemovedAlready):
+		_, err = fmt.Fprintf(stdout, "group %d is not in the map (removed; map epoch %d)\n", *id, cm.Epoch)
+		return err
+	case err != nil || stopped:
 		return err
 	}
-}
-
-// errRemovedAlready: the group is in the map's removed list (a rerun).
-var errRemovedAlready = errors.New("removed already")
-
-// checkRemoveGroup checks a removal of group id against cm and returns how
-// many slots it owns: refused for the metadata group, a group the map does
-// not have, and the last data group; errRemovedAlready once it is removed.
-func checkRemoveGroup(cm *kv.ClusterMap, id uint64) (slots int, err error) {
-	if id == kv.MetaGroup {
-		return 0, fmt.Errorf("group %d is the metadata group: it holds the map and cannot be removed (replace-node moves its members)", id)
-	}
-	if slices.Contains(cm.Removed, id) {
-		return 0, errRemovedAlready
-	}
-	g, ok := cm.Group(id)
-	if !ok {
-		ids := make([]uint64, len(cm.Groups))
-		for i, x := range cm.Groups {
-			ids[i] = x.ID
-		}
-		return 0, fmt.Errorf("no group %d in the cluster map (its data groups: %v)", id, ids)
-	}
-	if len(cm.Groups) == 1 {
-		return 0, fmt.Errorf("group %d is the cluster's last data group: its slots have nowhere to go", id)
-	}
-	for _, r := range g.Slots {
-		slots += int(r.End) - int(r.Start) + 1
-	}
-	return slots, nil
+	_, err = fmt.Fprintf(stdout, "group %d is removed from the map at epoch %d; its members %v retire their replicas as they see it\n", *id, epoch, membersOf(cm, *id))
+	return err
 }
 
 // membersOf returns group id's members in cm.

@@ -602,6 +602,12 @@ func ReadClusterMap(get Getter) (*ClusterMap, error) {
 	return DecodeClusterMap(data)
 }
 
+// MapCheckAgain ends the refusal of a removal checked against an older map
+// than the one it reached (the epoch's compare-and-set): the remover reads
+// the map and checks again (cluster.GroupRemoval). It crosses the wire as
+// text, so the remover matches the words.
+const MapCheckAgain = "check it again"
+
 // errMap is a refused map op: an outcome (the client table keeps it by
 // ErrSlotTransition's code), the map unchanged.
 func errMap(format string, args ...any) error {
@@ -937,7 +943,7 @@ func removeGroup(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 		return nil, Result{}, errMap("group %d owns slots %v: move them to other groups first", mm.Group, g.Slots)
 	}
 	if mm.Epoch != m.Epoch {
-		return nil, Result{}, errMap("the removal of group %d was checked against the map at epoch %d, the map is at %d: check it again", mm.Group, mm.Epoch, m.Epoch)
+		return nil, Result{}, errMap("the removal of group %d was checked against the map at epoch %d, the map is at %d: "+MapCheckAgain, mm.Group, mm.Epoch, m.Epoch)
 	}
 	n := m.clone()
 	n.Groups = slices.DeleteFunc(n.Groups, func(x MapGroup) bool { return x.ID == mm.Group })

@@ -202,60 +202,33 @@ func (r *groupOpRun) rebalance(ctx context.Context, mv *kcluster.Mover, rb *kclu
 	return err
 }
 
-// removeGroup is kefir cluster remove-group --id groupOpRemoved
-// (runClusterRemoveGroup): from the map each time round — a move in flight
-// finished first (resumed, or taken over once its lease lapsed), the
-// group's slots planned away by cluster.PlanDrain and moved, and once it
-// owns none, the group removed from the map.
+// removeGroup is kefir cluster remove-group --id groupOpRemoved: the
+// command's loop (cluster.GroupRemoval) with the simulation's mover, by
+// keys, pausing a lease after a move in flight it could not finish.
 func (r *groupOpRun) removeGroup(ctx context.Context, mv *kcluster.Mover, rb *kcluster.Rebalancer) error {
-	g := groupOpRemoved
-	for stale := 0; ; {
-		cm, err := mv.MetaMap(ctx)
-		if err != nil {
-			return err
-		}
-		if slices.Contains(cm.Removed, uint64(g)) {
-			return nil
-		}
-		own, ok := cm.Group(uint64(g))
-		if !ok {
-			return fmt.Errorf("remove-group: no group %d in the map", g)
-		}
-		if len(cm.Moves) > 0 {
-			rec := cm.Moves[0]
-			if _, err := rb.NewMover().Move(ctx, kcluster.GroupID(rec.From), kcluster.GroupID(rec.To), rec.Slots); err != nil {
-				if err := mv.Clock.Sleep(ctx, metaLease); err != nil {
-					return err
-				}
-			}
-			continue
-		}
-		if len(own.Slots) > 0 {
-			groups, w, err := weigh(ctx, mv, cm)
-			if err != nil {
-				return err
-			}
-			plan := kcluster.PlanDrain(groups, w, g)
+	rm := &kcluster.GroupRemoval{
+		Group:      groupOpRemoved,
+		Rebalancer: rb,
+		Meta:       func(f func(*kcluster.Mover) error) error { return f(mv) },
+		Weigh: func(ctx context.Context, cm *kv.ClusterMap) ([]kcluster.PlanGroup, []int64, error) {
+			return weigh(ctx, mv, cm)
+		},
+		Pause: func(ctx context.Context) error { return mv.Clock.Sleep(ctx, metaLease) },
+		Planned: func(cm *kv.ClusterMap, _ int, plan kcluster.Plan) bool {
 			r.plannedLog(cm.Epoch, plan)
 			r.moveNo, r.lastNo = 0, len(plan.Moves)
-			done, err := rb.Run(ctx, plan)
-			r.moves += finished(done)
-			if err != nil {
-				return err
-			}
-			continue
-		}
-		epoch, err := mv.RemoveGroup(ctx, g, cm.Epoch)
-		if err != nil && strings.Contains(err.Error(), "check it again") && stale < 10 {
-			stale++
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		r.removeAt = epoch
+			return true
+		},
+		Moved: func(done []kcluster.RebalanceMove) { r.moves += finished(done) },
+	}
+	epoch, _, _, err := rm.Run(ctx)
+	if errors.Is(err, kcluster.ErrRemovedAlready) {
 		return nil
 	}
+	if err == nil {
+		r.removeAt = epoch
+	}
+	return err
 }
 
 // errInFlight: kefir cluster rebalance refuses to plan while the map
