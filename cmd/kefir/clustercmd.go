@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -140,7 +141,9 @@ const clusterUsage = `usage: kefir cluster COMMAND [flags] (each with --help)
                                                                  until a rebalance or move-slots gives it some
   remove-group --id G [--by bytes|keys|load] [--page-pause D]    move every slot of a data group to the others, then
                                                                  take it out of the map; its members retire its replicas
-  replace-node --old N --new ID@PEER-ADDR/CLIENT-ADDR             replace a member of a single VR group by a new node
+  replace-node --old N [--new ID@PEER-ADDR/CLIENT-ADDR]           replace a failed node by a new one in every group it is in;
+                                                                 without --new (several groups) its replicas go to the map's
+                                                                 live nodes, each group the least loaded node not in it
   remove-node --id N[,M...]                                       remove members of a single VR group (an odd number stays)
   add-members --group G --new ID[@PEER-ADDR/CLIENT-ADDR][,...]      grow a VR group (or the metadata group, 65535) by
                                                                  nodes, two at a time: they join and pull its state
@@ -679,7 +682,7 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	mover := clusterConnFlags(fs)
 	old := fs.Uint64("old", 0, "replace-node: the member to replace (its node may be down)")
-	nw := fs.String("new", "", "replace-node: the new member as ID@PEER-ADDR/CLIENT-ADDR (start it with kefir server --join, before or after); add-members: the new members, comma-separated (a node of the map by its id alone)")
+	nw := fs.String("new", "", "replace-node: the new member as ID@PEER-ADDR/CLIENT-ADDR (start it with kefir server --join, before or after; none in a cluster of several groups: the map's live nodes take the old node's replicas); add-members: the new members, comma-separated (a node of the map by its id alone)")
 	ids := fs.String("id", "", "remove-node: the members to remove, comma-separated")
 	timeout := fs.Duration("timeout", time.Minute, "deadline for the whole command")
 	asJSON := fs.Bool("json", false, "print the new configuration as JSON")
@@ -713,8 +716,16 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 		}
 		change = func(c cluster.GroupConfig) ([]cluster.Member, error) { return cluster.AddMembers(c, added) }
 	case "replace-node":
-		if *old == 0 || *nw == "" || *ids != "" {
-			return usageError{errors.New("replace-node needs --old N and --new ID@PEER-ADDR/CLIENT-ADDR")}
+		if *old == 0 || *ids != "" {
+			return usageError{errors.New("replace-node needs --old N (and --new ID@PEER-ADDR/CLIENT-ADDR, or none in a cluster of several groups: the map's nodes take its replicas)")}
+		}
+		if *nw == "" {
+			// Placed on the map's nodes (groupsChange); a single group
+			// has no node that is not a member already.
+			change = func(cluster.GroupConfig) ([]cluster.Member, error) {
+				return nil, errors.New("a single group's nodes are all its members: name a new node with --new ID@PEER-ADDR/CLIENT-ADDR (start it with kefir server --join)")
+			}
+			break
 		}
 		m, err := cluster.ParseMember(*nw)
 		if err != nil || m.PeerAddr == "" {
@@ -813,8 +824,20 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 			plan = []cluster.GroupChange{ch}
 		}
 	default:
-		plan, err = cluster.PlanNodeChange(cm, old, nw)
-		newNodes = []cluster.Member{nw}
+		if nw.ID != 0 {
+			plan, err = cluster.PlanNodeChange(cm, old, nw)
+			newNodes = []cluster.Member{nw}
+			break
+		}
+		// No --new: the map's live nodes take old's replicas, each group
+		// the least loaded node not in it (cluster.PlanReplacePlaced).
+		live := liveNodes(ctx, mv, cm, old)
+		plan, err = cluster.PlanReplacePlaced(cm, old, func(id uint64) bool { return live[id] })
+		for _, ch := range plan {
+			if err == nil {
+				fmt.Fprintf(stderr, "kefir cluster: placing node %d's replica of %s on node %d\n", old, groupName(ch.Group), placedOn(cm, ch, old))
+			}
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w; nothing changed", cmd, err)
@@ -865,9 +888,15 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 		}
 		seeds = append(seeds, mv.Seeds...)
 		gmv := &cluster.Mover{Seeds: seeds, Password: mv.Password, TLS: mv.TLS, RetryFor: 30 * time.Second}
-		name := fmt.Sprintf("group %d", step.Group)
-		if step.Group == cluster.MetaGroupID {
-			name = "the metadata group"
+		name := groupName(step.Group)
+		if cmd == "replace-node" && nw.ID == 0 {
+			// Placed: a rerun after the group changed but before the map
+			// said so (its leader records it within a second) may place
+			// old's replica elsewhere than the run that changed it; the
+			// group's own configuration decides, so it changes once.
+			if cur, err := gmv.GroupConfigOf(ctx, step.Group); err == nil && !slices.Contains(cur.Members, old) {
+				step.Members = cur.Members
+			}
 		}
 		if catchUp >= 0 { // not --force
 			// The members the group's last change added must have pulled
@@ -966,6 +995,52 @@ func chainChange(ctx context.Context, cmd string, mv *cluster.Mover, step cluste
 		}
 	}
 	return groupMembersOf(cm, step.Group), cm.Epoch, nil
+}
+
+// groupName names group g for the operator.
+func groupName(g cluster.GroupID) string {
+	if g == cluster.MetaGroupID {
+		return "the metadata group"
+	}
+	return fmt.Sprintf("group %d", g)
+}
+
+// placedOn is the node a placed change ch puts in old's place.
+func placedOn(cm *kv.ClusterMap, ch cluster.GroupChange, old uint64) uint64 {
+	if ch.Chain && len(ch.Join) > 0 {
+		return ch.Join[0]
+	}
+	was := groupMembersOf(cm, ch.Group)
+	if i := slices.Index(was, old); i >= 0 && i < len(ch.Members) {
+		return ch.Members[i]
+	}
+	return 0
+}
+
+// liveNodes asks every node of cm but old for a PING, at once, each for up
+// to two seconds: the nodes placement may choose.
+func liveNodes(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, old uint64) map[uint64]bool {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	live := map[uint64]bool{}
+	for _, n := range cm.Nodes {
+		if n.ID == old {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := &cluster.Mover{Seeds: []string{n.ClientAddr}, Password: mv.Password, TLS: mv.TLS, RetryFor: 2 * time.Second}
+			defer p.Close()
+			if p.Ping(ctx) == nil {
+				mu.Lock()
+				live[n.ID] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return live
 }
 
 func groupMembersOf(cm *kv.ClusterMap, g cluster.GroupID) []uint64 {

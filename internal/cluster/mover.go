@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -733,6 +734,14 @@ func (mv *Mover) after(step string) {
 	}
 }
 
+// Ping reports whether the node at mv's first seed answers PING within
+// RetryFor: a node of the map that placement may choose
+// (PlanReplacePlaced) is one that is up.
+func (mv *Mover) Ping(ctx context.Context) error {
+	_, err := mv.do(ctx, "PING")
+	return err
+}
+
 func (mv *Mover) do(ctx context.Context, args ...string) (resp.Value, error) {
 	return mv.doBytes(ctx, strArgs(args...))
 }
@@ -796,7 +805,7 @@ func (mv *Mover) doFor(ctx context.Context, retryFor time.Duration, args [][]byt
 			break
 		}
 		if mv.clock().Now().After(deadline) {
-			return resp.Value{}, fmt.Errorf("%s %s: no leader answered within %v: %w", args[0], args[1], retryFor, last)
+			return resp.Value{}, fmt.Errorf("%s: no leader answered within %v: %w", bytes.Join(args[:min(len(args), 2)], []byte(" ")), retryFor, last)
 		}
 		if err := mv.clock().Sleep(ctx, pause); err != nil {
 			return resp.Value{}, err

@@ -1,0 +1,93 @@
+package cluster
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kefirdb/kefir/internal/kv"
+)
+
+// Placement without a new node: each of the failed node's groups takes the
+// live node not in it that hosts the fewest replicas (the plan's earlier
+// choices counted, ties to the lower id), the metadata group last and only
+// a node then in a data group; a chain's change joins the chosen node
+// before the tail; a dead node is never chosen.
+func TestPlanReplacePlaced(t *testing.T) {
+	nodes := func(ids ...uint64) []kv.MapNode {
+		var ns []kv.MapNode
+		for _, id := range ids {
+			ns = append(ns, kv.MapNode{ID: id, ClientAddr: "c", PeerAddr: "p"})
+		}
+		return ns
+	}
+	all := func(uint64) bool { return true }
+	// Five nodes, three groups of three (kefir up --nodes 5 --groups 3),
+	// the metadata group on 1-3. Replicas: 1:2+meta 2:3+meta 3:3+meta 4:2 5:1.
+	cm := &kv.ClusterMap{Epoch: 4, Nodes: nodes(1, 2, 3, 4, 5),
+		Groups: []kv.MapGroup{
+			{ID: 1, Members: []uint64{1, 2, 3}},
+			{ID: 2, Members: []uint64{2, 3, 4}},
+			{ID: 3, Members: []uint64{3, 4, 5}},
+		}}
+	plan, err := PlanReplacePlaced(cm, 3, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Group 1 [1 2 3]: 4 (2 replicas) and 5 (1): 5. Group 2 [2 3 4]: 1
+	// (2 with meta) and 5 (now 2): 1, the lower id. Group 3 [3 4 5]: 1
+	// (now 3) and 2 (4): 1. The metadata group [1 2 3]: 4 (2) and 5 (2),
+	// both in data groups: 4.
+	want := []GroupChange{
+		{Group: 1, Members: []uint64{1, 2, 5}},
+		{Group: 2, Members: []uint64{2, 1, 4}},
+		{Group: 3, Members: []uint64{1, 4, 5}},
+		{Group: MetaGroupID, Members: []uint64{1, 2, 4}},
+	}
+	if !slices.EqualFunc(plan, want, func(a, b GroupChange) bool { return a.Group == b.Group && slices.Equal(a.Members, b.Members) }) {
+		t.Fatalf("placing node 3's replicas: %+v, want %+v", plan, want)
+	}
+	// Node 5 down: never chosen.
+	plan, err = PlanReplacePlaced(cm, 3, func(id uint64) bool { return id != 5 })
+	if err != nil || !slices.Equal(plan[0].Members, []uint64{1, 2, 4}) || !slices.Equal(plan[1].Members, []uint64{2, 1, 4}) {
+		t.Fatalf("node 5 down: %+v %v", plan, err)
+	}
+	// Only 4 and 5 up: groups 1 and 2 take 5, and group 3 [3 4 5] has
+	// nobody left to take.
+	if _, err := PlanReplacePlaced(cm, 3, func(id uint64) bool { return id == 4 || id == 5 }); err == nil || !strings.Contains(err.Error(), "no live node of the map can take node 3's place in group 3") {
+		t.Fatalf("too few live nodes: %v", err)
+	}
+	// The metadata group takes only a node of a data group: node 6 hosts
+	// nothing, node 4 is in group 1 — 4, though 6 hosts fewer.
+	cm2 := &kv.ClusterMap{Epoch: 2, Nodes: nodes(1, 2, 3, 4, 6),
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 4}}, {ID: 2, Members: []uint64{2, 3, 4}}}}
+	plan, err = PlanReplacePlaced(cm2, 1, all)
+	if err != nil || len(plan) != 2 || plan[0].Group != 1 || !slices.Equal(plan[0].Members, []uint64{6, 2, 4}) ||
+		plan[1].Group != MetaGroupID || !slices.Equal(plan[1].Members, []uint64{6, 2, 3}) {
+		// Group 1 placed 6 first, which makes 6 a data node: the
+		// metadata group may then take it (1 replica against 4's 3).
+		t.Fatalf("metadata group: %+v %v", plan, err)
+	}
+	// A chain group: the chosen node joins before the tail, old leaves;
+	// a node leaving the chain is not chosen.
+	cm3 := &kv.ClusterMap{Epoch: 2, Nodes: nodes(1, 2, 3, 4, 5),
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}}, {ID: 2, Members: []uint64{2, 4, 3}, Leaving: []uint64{5}, Engine: kv.EngineChain}}}
+	plan, err = PlanReplacePlaced(cm3, 4, all)
+	if err != nil || len(plan) != 1 || !plan[0].Chain || !slices.Equal(plan[0].Join, []uint64{1}) || !slices.Equal(plan[0].Leave, []uint64{4}) ||
+		!slices.Equal(plan[0].Members, []uint64{2, 1, 3}) {
+		t.Fatalf("chain: %+v %v", plan, err)
+	}
+	// Not a node: refused; in no group (a rerun once done): nothing to do.
+	cm4 := &kv.ClusterMap{Epoch: 1, Nodes: nodes(1, 2, 3, 4, 5), Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}}}}
+	if _, err := PlanReplacePlaced(cm4, 9, all); err == nil || !strings.Contains(err.Error(), "node 9 is not a node") {
+		t.Errorf("not a node: %v", err)
+	}
+	if plan, err := PlanReplacePlaced(cm4, 5, all); err != nil || len(plan) != 0 {
+		t.Errorf("in no group: %+v %v, want nothing to do", plan, err)
+	}
+	// Only in the metadata group (a map the nodes' ids give it to): refused.
+	cm5 := &kv.ClusterMap{Epoch: 1, Nodes: nodes(1, 2, 3, 4), Groups: []kv.MapGroup{{ID: 1, Members: []uint64{2, 3, 4}}}}
+	if _, err := PlanReplacePlaced(cm5, 1, all); err == nil || !strings.Contains(err.Error(), "member of no data group") {
+		t.Errorf("metadata only: %v", err)
+	}
+}
