@@ -533,29 +533,42 @@ func (m *Multi) otherParts(g *localGroup, c level.Consistency, s shard.Session, 
 	if c.Kind != level.Session || len(s.Groups) == 0 || (mutation.On && MultiMut.OtherPartsUnchecked.Load()) {
 		return nil
 	}
-	if copies && mutation.On && MultiMut.CopiesUnchecked.Load() {
-		return nil
+	if copies {
+		return m.copiedParts(g.spec.gid(), c, s)
 	}
 	for _, p := range s.Groups {
 		if p.Group == g.spec.gid() || (!p.WriteViewKnown && !p.ReadViewKnown) {
 			continue
 		}
+		if og := m.hs().byID[GroupID(p.Group)]; og != nil {
+			if sv, ok := og.h.Replica.(sessionViewer); ok {
+				if err := sv.SessionViews(s.For(p.Group)); err != nil {
+					return fmt.Errorf("group %d: %w", p.Group, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// copiedParts checks, at level session, s's parts of groups other than
+// skip (0: none) by the view copies every hosted group holds of them
+// (otherParts after a keyed read, scanCopies after a keyspace scan's).
+func (m *Multi) copiedParts(skip uint32, c level.Consistency, s shard.Session) error {
+	if c.Kind != level.Session || len(s.Groups) == 0 || (mutation.On && (MultiMut.OtherPartsUnchecked.Load() || MultiMut.CopiesUnchecked.Load())) {
+		return nil
+	}
+	for _, p := range s.Groups {
+		if (skip != 0 && p.Group == skip) || (!p.WriteViewKnown && !p.ReadViewKnown) {
+			continue
+		}
 		ps := s.For(p.Group)
 		for _, og := range m.hs().local {
 			sv, ok := og.h.Replica.(sessionViewer)
-			if !ok {
-				continue
+			if !ok || og.spec.gid() == p.Group {
+				continue // a group's own history is judged by its read (sessionAt)
 			}
-			var err error
-			switch {
-			case og.spec.gid() == p.Group:
-				if !copies {
-					err = sv.SessionViews(ps)
-				}
-			case copies:
-				err = sv.CopiedSessionViews(p.Group, ps)
-			}
-			if err != nil {
+			if err := sv.CopiedSessionViews(p.Group, ps); err != nil {
 				return fmt.Errorf("group %d: %w", p.Group, err)
 			}
 		}
@@ -611,6 +624,10 @@ type MultiMutations struct {
 	// has not applied the session's writes serves its older state
 	// (TestScanAtLevelSessionAcrossNodesReadsYourWrites).
 	ScanSessionNotCarried atomic.Bool
+	// ScanCopiesUnchecked: a keyspace scan does not check the session's
+	// parts against the view copies moves brought, so a session whose
+	// part of a removed group is lost is served (TestScanChecksTheViewCopies).
+	ScanCopiesUnchecked atomic.Bool
 	// DoneBeforeCopy: a recorded move's end (DONE) is written right after
 	// its plan, before any step: the map gives the slots to the
 	// destination while the source still holds them, so a remove-group

@@ -253,7 +253,26 @@ func (m *Multi) GroupScan(ctx context.Context, id GroupID, op kv.Op, c level.Con
 		return g.h.Replica.Read(ctx, op, c, gs)
 	})
 	part.Res.Group = g.spec.gid()
+	if err == nil {
+		err = m.scanCopies(g.spec.gid(), c, s)
+	}
 	return part, err
+}
+
+// scanCopies checks, at level session, s's parts of groups other than skip
+// against the view copies the groups hosted here hold, after a keyspace
+// scan's reads here, as a keyed read checks them after its read
+// (otherParts): a part that served a slot a move brought applied the
+// take-over, and before it the import of the source's copy. A scan reads
+// every group of the map, each judging its own part of the session where
+// it is read, but a group removed after its slots moved away is read
+// nowhere: only the copies its slots brought judge the session's part of
+// it (docs/design/cluster.md §8).
+func (m *Multi) scanCopies(skip uint32, c level.Consistency, s shard.Session) error {
+	if mutation.On && MultiMut.ScanCopiesUnchecked.Load() {
+		return nil
+	}
+	return m.copiedParts(skip, c, s)
 }
 
 // scanAcross is Scan at a node of several groups (above). A page whose
@@ -303,6 +322,7 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 	out := kv.Result{Kind: kv.ResArray}
 	after := s
 	var parts []*stream
+	readHere := false // some part was read at a hosted replica
 	take := func(st *stream, part GroupPart) {
 		part.Res.Group = st.gid
 		after = after.AfterRead(part.Res.Pos())
@@ -332,6 +352,7 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 			}
 			if part, err = local(op); err == nil {
 				st.read = local
+				readHere = true
 			}
 		}
 		if errors.Is(err, ErrNotLeader) {
@@ -403,6 +424,14 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 		take(limiting, part)
 		if !limiting.ended && bytes.Compare(limiting.last, prev) <= 0 {
 			return kv.Result{}, s, -1, fmt.Errorf("a keyspace scan's part did not advance past %q", prev)
+		}
+	}
+	if readHere {
+		// After the reads here: the copies the moves of the slots they
+		// served brought were applied before (scanCopies). Parts read
+		// at other nodes were checked there (GroupScan).
+		if err := m.scanCopies(0, c, s); err != nil {
+			return kv.Result{}, s, -1, err
 		}
 	}
 	if op.Limit > 0 && len(all) > op.Limit {
