@@ -91,6 +91,9 @@ type localGroup struct {
 	tab slotTabler
 	// served caches the slots tab's latest table serves (scanacross.go).
 	served servedSlots
+	// noTable are the slots' ranks while the group has no table: its
+	// spec's slots served (slotrank.go).
+	noTable slotRanks
 }
 
 // ErrCrossSlot is Redis Cluster's refusal of a command whose keys hash to
@@ -152,6 +155,7 @@ func newLocalGroup(lg LocalGroup) *localGroup {
 			g.owned.add(uint16(s))
 		}
 	}
+	g.noTable = ranksOf(nil, &g.owned)
 	return g
 }
 
@@ -628,6 +632,13 @@ type MultiMutations struct {
 	// parts against the view copies moves brought, so a session whose
 	// part of a removed group is lost is served (TestScanChecksTheViewCopies).
 	ScanCopiesUnchecked atomic.Bool
+	// ScanPartsUnranked: a keyspace scan's merge keeps every part's keys
+	// of the slots it served, also a part whose replica's table shows the
+	// slot before a move another part's shows, so a source's follower
+	// behind a hand-over returns a key the session deleted at the
+	// destination (TestScanAtLevelSessionBehindAHandOver, server
+	// TestSessionScanAtAFollowerBehindAHandOver).
+	ScanPartsUnranked atomic.Bool
 	// DoneBeforeCopy: a recorded move's end (DONE) is written right after
 	// its plan, before any step: the map gives the slots to the
 	// destination while the source still holds them, so a remove-group
