@@ -639,6 +639,11 @@ type MultiMutations struct {
 	// destination (TestScanAtLevelSessionBehindAHandOver, server
 	// TestSessionScanAtAFollowerBehindAHandOver).
 	ScanPartsUnranked atomic.Bool
+	// SlotListingUnchecked: CLUSTER COUNTKEYSINSLOT and GETKEYSINSLOT
+	// answer from the routed group's engine whether or not its table
+	// serves the slot, so a destination's replica that has not applied
+	// the take-over lists its partial pre-copy (TestSlotListingOnlyWhereServed).
+	SlotListingUnchecked atomic.Bool
 	// DoneBeforeCopy: a recorded move's end (DONE) is written right after
 	// its plan, before any step: the map gives the slots to the
 	// destination while the source still holds them, so a remove-group
@@ -899,12 +904,43 @@ func (m *Multi) NilextTakeBatch(_ context.Context, ups []NilextDirect) ([]Nilext
 // GETKEYSINSLOT: O(the group's keys), as docs/cluster.md says). At level
 // session the group's replica waits for the session's part there (s); the
 // listing advances no session (it returns keys, not what it read).
+//
+// The group's engine may hold keys of a slot its table does not serve
+// (imported before the take-over, or handed over and not yet purged),
+// where the routing map sends the request to a group whose replica here
+// has not applied the take-over: the group's table must serve the slot
+// before the reads and still after them (the reasoning of servedPart),
+// else the listing is refused as a keyed read is (refusal: a redirect to
+// the group that serves the slot, or a leader-less one while it is in
+// flight, which the front door forwards until a group serves it). A
+// refusal after the reads comes after keys were visited: the caller drops
+// them.
 func (m *Multi) ScanSlot(ctx context.Context, slot uint16, c level.Consistency, s shard.Session, visit func(key []byte) bool) error {
 	g, err := m.routeSlot(slot)
 	if err != nil {
 		return err
 	}
-	return ScanSlot(ctx, g.h.Replica, slot, c, g.session(s), visit)
+	if err := m.servesSlot(g, slot); err != nil {
+		return err
+	}
+	if err := ScanSlot(ctx, g.h.Replica, slot, c, g.session(s), visit); err != nil {
+		return err
+	}
+	return m.servesSlot(g, slot)
+}
+
+// servesSlot refuses a listing of slot at g if g's table does not serve it
+// (ScanSlot); a group without a table serves its spec's slots (routeSlot
+// checked them).
+func (m *Multi) servesSlot(g *localGroup, slot uint16) error {
+	t := g.table()
+	if t == nil || (mutation.On && MultiMut.SlotListingUnchecked.Load()) {
+		return nil
+	}
+	if e := t.Entry(slot); !e.State.Serves() {
+		return m.refusal(&kv.SlotError{Slot: slot, State: e.State, Peer: e.Peer, Epoch: e.Epoch}, slot, g.spec.ID)
+	}
+	return nil
 }
 
 // ScanSlot visits the keys of slot that rep holds, in key order, at level c
