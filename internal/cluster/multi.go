@@ -630,7 +630,8 @@ type MultiMutations struct {
 	ScanSessionNotCarried atomic.Bool
 	// ScanCopiesUnchecked: a keyspace scan does not check the session's
 	// parts against the view copies moves brought, so a session whose
-	// part of a removed group is lost is served (TestScanChecksTheViewCopies).
+	// part of a removed group is lost is served (TestScanChecksTheViewCopies,
+	// server TestSessionScanLostInARemovedGroup).
 	ScanCopiesUnchecked atomic.Bool
 	// ScanPartsUnranked: a keyspace scan's merge keeps every part's keys
 	// of the slots it served, also a part whose replica's table shows the
