@@ -91,6 +91,9 @@ type localGroup struct {
 	tab slotTabler
 	// served caches the slots tab's latest table serves (scanacross.go).
 	served servedSlots
+	// noTable are the slots' ranks while the group has no table: its
+	// spec's slots served (slotrank.go).
+	noTable slotRanks
 }
 
 // ErrCrossSlot is Redis Cluster's refusal of a command whose keys hash to
@@ -152,6 +155,7 @@ func newLocalGroup(lg LocalGroup) *localGroup {
 			g.owned.add(uint16(s))
 		}
 	}
+	g.noTable = ranksOf(nil, &g.owned)
 	return g
 }
 
@@ -533,29 +537,42 @@ func (m *Multi) otherParts(g *localGroup, c level.Consistency, s shard.Session, 
 	if c.Kind != level.Session || len(s.Groups) == 0 || (mutation.On && MultiMut.OtherPartsUnchecked.Load()) {
 		return nil
 	}
-	if copies && mutation.On && MultiMut.CopiesUnchecked.Load() {
-		return nil
+	if copies {
+		return m.copiedParts(g.spec.gid(), c, s)
 	}
 	for _, p := range s.Groups {
 		if p.Group == g.spec.gid() || (!p.WriteViewKnown && !p.ReadViewKnown) {
 			continue
 		}
+		if og := m.hs().byID[GroupID(p.Group)]; og != nil {
+			if sv, ok := og.h.Replica.(sessionViewer); ok {
+				if err := sv.SessionViews(s.For(p.Group)); err != nil {
+					return fmt.Errorf("group %d: %w", p.Group, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// copiedParts checks, at level session, s's parts of groups other than
+// skip (0: none) by the view copies every hosted group holds of them
+// (otherParts after a keyed read, scanCopies after a keyspace scan's).
+func (m *Multi) copiedParts(skip uint32, c level.Consistency, s shard.Session) error {
+	if c.Kind != level.Session || len(s.Groups) == 0 || (mutation.On && (MultiMut.OtherPartsUnchecked.Load() || MultiMut.CopiesUnchecked.Load())) {
+		return nil
+	}
+	for _, p := range s.Groups {
+		if (skip != 0 && p.Group == skip) || (!p.WriteViewKnown && !p.ReadViewKnown) {
+			continue
+		}
 		ps := s.For(p.Group)
 		for _, og := range m.hs().local {
 			sv, ok := og.h.Replica.(sessionViewer)
-			if !ok {
-				continue
+			if !ok || og.spec.gid() == p.Group {
+				continue // a group's own history is judged by its read (sessionAt)
 			}
-			var err error
-			switch {
-			case og.spec.gid() == p.Group:
-				if !copies {
-					err = sv.SessionViews(ps)
-				}
-			case copies:
-				err = sv.CopiedSessionViews(p.Group, ps)
-			}
-			if err != nil {
+			if err := sv.CopiedSessionViews(p.Group, ps); err != nil {
 				return fmt.Errorf("group %d: %w", p.Group, err)
 			}
 		}
@@ -611,6 +628,23 @@ type MultiMutations struct {
 	// has not applied the session's writes serves its older state
 	// (TestScanAtLevelSessionAcrossNodesReadsYourWrites).
 	ScanSessionNotCarried atomic.Bool
+	// ScanCopiesUnchecked: a keyspace scan does not check the session's
+	// parts against the view copies moves brought, so a session whose
+	// part of a removed group is lost is served (TestScanChecksTheViewCopies,
+	// server TestSessionScanLostInARemovedGroup).
+	ScanCopiesUnchecked atomic.Bool
+	// ScanPartsUnranked: a keyspace scan's merge keeps every part's keys
+	// of the slots it served, also a part whose replica's table shows the
+	// slot before a move another part's shows, so a source's follower
+	// behind a hand-over returns a key the session deleted at the
+	// destination (TestScanAtLevelSessionBehindAHandOver, server
+	// TestSessionScanAtAFollowerBehindAHandOver).
+	ScanPartsUnranked atomic.Bool
+	// SlotListingUnchecked: CLUSTER COUNTKEYSINSLOT and GETKEYSINSLOT
+	// answer from the routed group's engine whether or not its table
+	// serves the slot, so a destination's replica that has not applied
+	// the take-over lists its partial pre-copy (TestSlotListingOnlyWhereServed).
+	SlotListingUnchecked atomic.Bool
 	// DoneBeforeCopy: a recorded move's end (DONE) is written right after
 	// its plan, before any step: the map gives the slots to the
 	// destination while the source still holds them, so a remove-group
@@ -871,12 +905,43 @@ func (m *Multi) NilextTakeBatch(_ context.Context, ups []NilextDirect) ([]Nilext
 // GETKEYSINSLOT: O(the group's keys), as docs/cluster.md says). At level
 // session the group's replica waits for the session's part there (s); the
 // listing advances no session (it returns keys, not what it read).
+//
+// The group's engine may hold keys of a slot its table does not serve
+// (imported before the take-over, or handed over and not yet purged),
+// where the routing map sends the request to a group whose replica here
+// has not applied the take-over: the group's table must serve the slot
+// before the reads and still after them (the reasoning of servedPart),
+// else the listing is refused as a keyed read is (refusal: a redirect to
+// the group that serves the slot, or a leader-less one while it is in
+// flight, which the front door forwards until a group serves it). A
+// refusal after the reads comes after keys were visited: the caller drops
+// them.
 func (m *Multi) ScanSlot(ctx context.Context, slot uint16, c level.Consistency, s shard.Session, visit func(key []byte) bool) error {
 	g, err := m.routeSlot(slot)
 	if err != nil {
 		return err
 	}
-	return ScanSlot(ctx, g.h.Replica, slot, c, g.session(s), visit)
+	if err := m.servesSlot(g, slot); err != nil {
+		return err
+	}
+	if err := ScanSlot(ctx, g.h.Replica, slot, c, g.session(s), visit); err != nil {
+		return err
+	}
+	return m.servesSlot(g, slot)
+}
+
+// servesSlot refuses a listing of slot at g if g's table does not serve it
+// (ScanSlot); a group without a table serves its spec's slots (routeSlot
+// checked them).
+func (m *Multi) servesSlot(g *localGroup, slot uint16) error {
+	t := g.table()
+	if t == nil || (mutation.On && MultiMut.SlotListingUnchecked.Load()) {
+		return nil
+	}
+	if e := t.Entry(slot); !e.State.Serves() {
+		return m.refusal(&kv.SlotError{Slot: slot, State: e.State, Peer: e.Peer, Epoch: e.Epoch}, slot, g.spec.ID)
+	}
+	return nil
 }
 
 // ScanSlot visits the keys of slot that rep holds, in key order, at level c

@@ -66,6 +66,10 @@ type GroupPart struct {
 	// holds: those its group served throughout its reads (nil: unknown, a
 	// node of an older build; taken as every slot).
 	served *slotSet
+	// ranks are the slots' ranks in the tables the part's reads loaded,
+	// the lowest and the highest of each (slotrank.go; nil: unknown, a
+	// node of an older build, whose keys are all kept).
+	ranks slotRanks
 }
 
 // slotSet is a set of slots, a bit each.
@@ -101,24 +105,25 @@ type servedSlots struct {
 type tableServed struct {
 	t *kv.SlotTable
 	s slotSet
+	r slotRanks // the slots' ranks (slotrank.go)
 }
 
 // servedCached is how many tables servedSlots keeps: a move's steps make
 // three of a group's (before, during, after).
 const servedCached = 4
 
-// of returns the slots t serves.
-func (c *servedSlots) of(t *kv.SlotTable) *slotSet {
+// of returns the slots t serves and their ranks.
+func (c *servedSlots) of(t *kv.SlotTable) *tableServed {
 	var old []*tableServed
 	if p := c.p.Load(); p != nil {
 		old = *p
 	}
 	for _, x := range old {
 		if x.t == t {
-			return &x.s
+			return x
 		}
 	}
-	x := &tableServed{t: t}
+	x := &tableServed{t: t, r: ranksOf(t, nil)}
 	for slot := range uint16(Slots) {
 		if t.Entry(slot).State.Serves() {
 			x.s.add(slot)
@@ -128,7 +133,7 @@ func (c *servedSlots) of(t *kv.SlotTable) *slotSet {
 	// computed again when next needed).
 	n := append([]*tableServed{x}, old[:min(len(old), servedCached-1)]...)
 	c.p.Store(&n)
-	return &x.s
+	return x
 }
 
 // ranges returns s as ranges of consecutive slots, in order.
@@ -190,8 +195,11 @@ func servedPart(op kv.Op, g *localGroup, read func(kv.Op) (kv.Result, error)) (G
 			}
 			if t == nil {
 				cover.keep(&g.owned)
+				part.ranks = spanRanks(part.ranks, g.noTable)
 			} else {
-				cover.keep(g.served.of(t))
+				ts := g.served.of(t)
+				cover.keep(&ts.s)
+				part.ranks = spanRanks(part.ranks, ts.r)
 			}
 		}
 		serves := func(slot uint16) bool {
@@ -253,7 +261,26 @@ func (m *Multi) GroupScan(ctx context.Context, id GroupID, op kv.Op, c level.Con
 		return g.h.Replica.Read(ctx, op, c, gs)
 	})
 	part.Res.Group = g.spec.gid()
+	if err == nil {
+		err = m.scanCopies(g.spec.gid(), c, s)
+	}
 	return part, err
+}
+
+// scanCopies checks, at level session, s's parts of groups other than skip
+// against the view copies the groups hosted here hold, after a keyspace
+// scan's reads here, as a keyed read checks them after its read
+// (otherParts): a part that served a slot a move brought applied the
+// take-over, and before it the import of the source's copy. A scan reads
+// every group of the map, each judging its own part of the session where
+// it is read, but a group removed after its slots moved away is read
+// nowhere: only the copies its slots brought judge the session's part of
+// it (docs/design/cluster.md §8).
+func (m *Multi) scanCopies(skip uint32, c level.Consistency, s shard.Session) error {
+	if mutation.On && MultiMut.ScanCopiesUnchecked.Load() {
+		return nil
+	}
+	return m.copiedParts(skip, c, s)
 }
 
 // scanAcross is Scan at a node of several groups (above). A page whose
@@ -299,10 +326,18 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 		last  []byte
 		gid   uint32
 		cover slotSet // the slots every read of the part served
+		// ranks are the slots' ranks over the part's reads (slotrank.go);
+		// unranked: some read's were unknown (a node of an older build).
+		ranks    slotRanks
+		unranked bool
+		// behind are the slots where some other part's table ranks
+		// higher than the part's (nil: none).
+		behind slotRanks
 	}
 	out := kv.Result{Kind: kv.ResArray}
 	after := s
 	var parts []*stream
+	readHere := false // some part was read at a hosted replica
 	take := func(st *stream, part GroupPart) {
 		part.Res.Group = st.gid
 		after = after.AfterRead(part.Res.Pos())
@@ -315,6 +350,11 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 		st.ended, st.last = part.Ended, part.Last
 		if part.served != nil {
 			st.cover.keep(part.served)
+		}
+		if part.ranks == nil {
+			st.unranked = true
+		} else {
+			st.ranks = spanRanks(st.ranks, part.ranks)
 		}
 	}
 	for _, spec := range m.smap().Groups {
@@ -332,6 +372,7 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 			}
 			if part, err = local(op); err == nil {
 				st.read = local
+				readHere = true
 			}
 		}
 		if errors.Is(err, ErrNotLeader) {
@@ -350,11 +391,47 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 	// on: a short page would read as the range's end to the caller. A key
 	// two parts returned (its slot moved between their reads, served by
 	// each at its read) is kept once: it would count twice toward Limit.
-	// The copy kept is the one of the group a keyed read of it goes to
-	// (SlotOwner): at level session a source's replica here may be behind
-	// its hand-over, its table still serving the slot and its engine the
-	// slot's state before the move, older than the session's own writes
-	// at the destination.
+	// At levels that order reads (linearizable to session) a part's keys
+	// of a slot are kept only if no part's table ranks the slot above
+	// the part's own (slotrank.go): at level session a source's replica
+	// may be a follower behind its hand-over, its table still serving
+	// the slot and its engine the slot's state before the move, older
+	// than the session's own writes (and deletions) at the destination.
+	// Its slot then counts as not served by it: the page is read again
+	// unless the part ranked highest served the slot. Among parts of
+	// equal rank (none across groups in a correct history), the copy of
+	// a key kept is the one of the group a keyed read of it goes to
+	// (SlotOwner).
+	ranked := c.Kind >= level.Linearizable && c.Kind <= level.Session && !(mutation.On && MultiMut.ScanPartsUnranked.Load())
+	rank := func() {
+		if !ranked {
+			return
+		}
+		var best slotRanks // the highest rank of every slot over the parts
+		for _, st := range parts {
+			if !st.unranked {
+				best = highest(best, st.ranks)
+			}
+		}
+		for _, st := range parts {
+			st.behind = nil
+			if !st.unranked && below(st.ranks, best) {
+				st.behind = combineRanks(st.ranks, best, func(x, y rankRun) rankRun {
+					if x.Lo < y.Hi {
+						return rankRun{Lo: 1, Hi: 1}
+					}
+					return rankRun{}
+				})
+			}
+		}
+	}
+	// behind reports whether a part's keys of slot may be older than
+	// another part's state of it (outside a move's window, no part's
+	// are: nothing is looked up per key).
+	behind := func(st *stream, k []byte) bool {
+		return st.behind != nil && st.behind.at(Slot(k)).Lo == 1
+	}
+	rank()
 	byKeyOwnerFirst := func(a, b pair) int {
 		if c := bytes.Compare(a.k, b.k); c != 0 {
 			return c
@@ -379,7 +456,7 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 		all = all[:0]
 		for _, st := range parts {
 			for _, p := range st.pairs {
-				if limiting == nil || bytes.Compare(p.k, limiting.last) <= 0 {
+				if (limiting == nil || bytes.Compare(p.k, limiting.last) <= 0) && !behind(st, p.k) {
 					all = append(all, p)
 				}
 			}
@@ -404,6 +481,15 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 		if !limiting.ended && bytes.Compare(limiting.last, prev) <= 0 {
 			return kv.Result{}, s, -1, fmt.Errorf("a keyspace scan's part did not advance past %q", prev)
 		}
+		rank()
+	}
+	if readHere {
+		// After the reads here: the copies the moves of the slots they
+		// served brought were applied before (scanCopies). Parts read
+		// at other nodes were checked there (GroupScan).
+		if err := m.scanCopies(0, c, s); err != nil {
+			return kv.Result{}, s, -1, err
+		}
 	}
 	if op.Limit > 0 && len(all) > op.Limit {
 		all = all[:op.Limit]
@@ -414,6 +500,16 @@ func (m *Multi) scanPage(ctx context.Context, op kv.Op, c level.Consistency, s s
 	}
 	var covered slotSet
 	for _, st := range parts {
+		// A part behind another's state of a slot does not hold it.
+		start := uint16(0)
+		for _, r := range st.behind {
+			if r.Lo == 1 {
+				for slot := start; slot <= r.End; slot++ {
+					st.cover[slot/64] &^= 1 << (slot % 64)
+				}
+			}
+			start = r.End + 1
+		}
 		for i := range covered {
 			covered[i] |= st.cover[i]
 		}
@@ -509,10 +605,13 @@ func retryableReply(msg string) bool {
 }
 
 // GroupScanReply is KEFIR.GROUPSCAN's reply: [version, view (-1: unknown),
-// ended (0|1), last key, [key, value, ...], [start, end, ...]]: the last,
-// the ranges of slots (inclusive) the part served throughout its reads,
-// from which the asking node tells whether its page may lack a moving
-// slot's keys (scanAcross).
+// ended (0|1), last key, [key, value, ...], [start, end, ...], [end, lo,
+// hi, ...]]: the sixth, the ranges of slots (inclusive) the part served
+// throughout its reads, from which the asking node tells whether its page
+// may lack a moving slot's keys (scanAcross); the seventh, the slots' ranks
+// in the tables the part's reads loaded, as runs (each from the previous
+// run's end + 1), from which it tells whether the part is behind another's
+// state of a slot (slotrank.go).
 func GroupScanReply(p GroupPart) resp.Value {
 	view := int64(-1)
 	if p.Res.ViewKnown {
@@ -532,9 +631,17 @@ func GroupScanReply(p GroupPart) resp.Value {
 			served = append(served, resp.Value{Kind: resp.Int, Int: int64(r.Start)}, resp.Value{Kind: resp.Int, Int: int64(r.End)})
 		}
 	}
-	return resp.Value{Kind: resp.Array, Elems: []resp.Value{
+	out := resp.Value{Kind: resp.Array, Elems: []resp.Value{
 		{Kind: resp.Int, Int: int64(p.Res.Version)}, {Kind: resp.Int, Int: view}, {Kind: resp.Int, Int: ended},
 		{Kind: resp.Bulk, Str: p.Last}, {Kind: resp.Array, Elems: pairs}, {Kind: resp.Array, Elems: served}}}
+	if p.ranks != nil {
+		ranks := make([]resp.Value, 0, 3*len(p.ranks))
+		for _, r := range p.ranks {
+			ranks = append(ranks, resp.Value{Kind: resp.Int, Int: int64(r.End)}, resp.Value{Kind: resp.Int, Int: int64(r.Lo)}, resp.Value{Kind: resp.Int, Int: int64(r.Hi)})
+		}
+		out.Elems = append(out.Elems, resp.Value{Kind: resp.Array, Elems: ranks})
+	}
+	return out
 }
 
 // AskGroupScan asks the node at addr for group id's part of a keyspace
@@ -568,11 +675,11 @@ func parseGroupScanReply(addr string, v resp.Value) (GroupPart, error) {
 		return GroupPart{}, &ReplyError{string(v.Str)}
 	}
 	e := v.Elems
-	if v.Kind != resp.Array || len(e) < 5 || len(e) > 6 || e[0].Kind != resp.Int || e[1].Kind != resp.Int || e[2].Kind != resp.Int || e[4].Kind != resp.Array {
+	if v.Kind != resp.Array || len(e) < 5 || e[0].Kind != resp.Int || e[1].Kind != resp.Int || e[2].Kind != resp.Int || e[4].Kind != resp.Array {
 		return GroupPart{}, fmt.Errorf("KEFIR.GROUPSCAN at %s: unexpected reply", addr)
 	}
 	p := GroupPart{Res: kv.Result{Kind: kv.ResArray, Version: uint64(e[0].Int)}, Ended: e[2].Int == 1, Last: e[3].Str}
-	if len(e) == 6 { // five: a node of an older build, which does not say (taken as every slot)
+	if len(e) >= 6 { // five: a node of an older build, which does not say (taken as every slot)
 		p.served = &slotSet{}
 		r := e[5].Elems
 		for i := 0; i+1 < len(r); i += 2 {
@@ -584,6 +691,23 @@ func parseGroupScanReply(addr string, v resp.Value) (GroupPart, error) {
 			}
 		}
 	}
+	if len(e) >= 7 { // six or five: an older build's, which does not say (its keys kept)
+		if e[6].Kind != resp.Array {
+			return GroupPart{}, fmt.Errorf("KEFIR.GROUPSCAN at %s: unexpected reply", addr)
+		}
+		r := e[6].Elems
+		p.ranks = make(slotRanks, 0, len(r)/3)
+		for i := 0; i+2 < len(r); i += 3 {
+			if r[i].Kind != resp.Int || r[i+1].Kind != resp.Int || r[i+2].Kind != resp.Int || r[i].Int < 0 || r[i].Int >= Slots || r[i+1].Int < 0 || r[i+2].Int < 0 {
+				return GroupPart{}, fmt.Errorf("KEFIR.GROUPSCAN at %s: a bad run of slot ranks", addr)
+			}
+			p.ranks = append(p.ranks, rankRun{End: uint16(r[i].Int), Lo: uint64(r[i+1].Int), Hi: uint64(r[i+2].Int)})
+		}
+		if len(r)%3 != 0 || !validRanks(p.ranks) {
+			return GroupPart{}, fmt.Errorf("KEFIR.GROUPSCAN at %s: slot ranks that do not cover every slot", addr)
+		}
+	}
+	// Elements past the seventh (a newer build's) are left for it.
 	if e[1].Int >= 0 {
 		p.Res.View, p.Res.ViewKnown = uint64(e[1].Int), true
 	}
