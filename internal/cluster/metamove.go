@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/resp"
 )
 
@@ -26,10 +27,13 @@ import (
 // displaced, and a displaced one sends no further step once its next
 // renewal fails.
 
-// moveLease is the lease a Mover holds on a recorded move (epoch 0: none).
+// moveLease is the lease a Mover holds on a recorded move (epoch 0: none);
+// abort: the record is marked for abort (kv.MapMove.AbortWanted), so every
+// claim of this driver carries the mark (the record refuses one without).
 type moveLease struct {
 	epoch, beat uint64
 	last        time.Time
+	abort       bool
 }
 
 // errNoRecord: the metadata group records no such move.
@@ -161,25 +165,13 @@ func (mv *Mover) identify() {
 	mv.identified = true
 }
 
-// takeRecord takes over the record of the move of rs from group from to
-// group to (an abort: nothing is planned; errNoRecord if there is none).
-func (mv *Mover) takeRecord(ctx context.Context, from, to GroupID, rs []kv.SlotRange) error {
-	cm, err := mv.MetaMap(ctx)
-	if err != nil {
-		return err
-	}
-	mv.identify()
-	for _, rec := range cm.Moves {
-		if rec.From == uint64(from) && rec.To == uint64(to) && slices.Equal(rec.Slots, rs) {
-			return mv.takeOver(ctx, rec)
-		}
-	}
-	return errNoRecord
-}
-
 // takeOver claims the lease of recorded move rec, once its beat stood
 // still for two leases (at once if it is at mv.TakeOver).
 func (mv *Mover) takeOver(ctx context.Context, rec kv.MapMove) error {
+	if mv.lease.epoch == rec.Epoch && mv.lease.beat == rec.Beat {
+		// Held already (settle finishing a marked move forward): renewed.
+		return mv.claim(ctx)
+	}
 	if rec.Beat != mv.TakeOver {
 		mv.logf("the move at epoch %d is recorded with driver %q: taking it over if its lease does not move for %v", rec.Epoch, rec.Driver, 2*mv.leaseDur())
 		// On the Mover's clock (the simulation's, under it).
@@ -198,7 +190,9 @@ func (mv *Mover) takeOver(ctx context.Context, rec kv.MapMove) error {
 			return fmt.Errorf("move-slots: the move at epoch %d is being driven by %q (its lease was renewed)", rec.Epoch, cm.Moves[i].Driver)
 		}
 	}
-	mv.lease = moveLease{epoch: rec.Epoch, beat: rec.Beat}
+	// A record marked for abort is taken with the mark (and then settled,
+	// never driven forward before its hand-over: Mover.settle).
+	mv.lease = moveLease{epoch: rec.Epoch, beat: rec.Beat, abort: rec.AbortWanted && !(mutation.On && MultiMut.IgnoreAbortMark.Load())}
 	if err := mv.claim(ctx); err != nil {
 		mv.lease = moveLease{}
 		return err
@@ -220,7 +214,11 @@ func (mv *Mover) claim(ctx context.Context) error {
 		defer cancel()
 		ctx = cctx
 	}
-	v, err := mv.doFor(ctx, min(mv.retryFor(), mv.leaseDur()), strArgs("KEFIR.SLOTS", "META", "CLAIM", strconv.FormatUint(l.epoch, 10), mv.Driver, strconv.FormatUint(l.beat, 10)))
+	args := strArgs("KEFIR.SLOTS", "META", "CLAIM", strconv.FormatUint(l.epoch, 10), mv.Driver, strconv.FormatUint(l.beat, 10))
+	if l.abort {
+		args = append(args, []byte("ABORT"))
+	}
+	v, err := mv.doFor(ctx, min(mv.retryFor(), mv.leaseDur()), args)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errLeaseLost, err)
 	}
@@ -256,7 +254,13 @@ func (mv *Mover) recordEnd(ctx context.Context, what string) error {
 		return err
 	}
 	e := mv.lease.epoch
-	if _, err := mv.do(ctx, "KEFIR.SLOTS", "META", what, strconv.FormatUint(e, 10)); err != nil {
+	// Compare-and-set on the lease just renewed (kv.KindMapMoveDone); a
+	// metadata leader of an older build knows only the end by epoch.
+	_, err := mv.do(ctx, "KEFIR.SLOTS", "META", what, strconv.FormatUint(e, 10), mv.Driver, strconv.FormatUint(mv.lease.beat, 10))
+	if err != nil && strings.Contains(err.Error(), "wrong number of arguments") {
+		_, err = mv.do(ctx, "KEFIR.SLOTS", "META", what, strconv.FormatUint(e, 10))
+	}
+	if err != nil {
 		return fmt.Errorf("move-slots: record the move's end (%s) in the metadata group: %w", strings.ToLower(what), err)
 	}
 	mv.lease = moveLease{}

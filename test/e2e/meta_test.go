@@ -322,9 +322,9 @@ func metaCommandAt(g *cluster.Groups, args ...string) resp.Value {
 
 // A move recorded by a driver that died before its first step is rolled
 // back with `kefir cluster move-slots --abort` (which takes the record over
-// once its lease lapsed): the record goes, the map's epoch moves to the
-// move's, the slots stay where they were; the same move then runs and the
-// epoch moves once more.
+// at once, marked for abort, and fences both groups): the record goes, the
+// map's epoch moves to the move's, the slots stay where they were; the same
+// move then runs and the epoch moves once more.
 func TestGroupsMetadataAbortOfARecordedMove(t *testing.T) {
 	g := cluster.StartGroups(t, 3, twoGroups)
 	g.WaitLeaders(20 * time.Second)
