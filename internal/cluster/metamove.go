@@ -24,8 +24,10 @@ import (
 // the move over). A driver takes over a recorded move only after watching
 // its beat stand still for two leases (or, at the metadata leader's
 // resumer, after the resumer watched it), so a live driver is never
-// displaced, and a displaced one sends no further step once its next
-// renewal fails.
+// displaced by a take-over, and a displaced one sends no further step once
+// its next renewal fails. The exception is an abort (move-slots --abort,
+// Mover.Abort): it claims at once, marking the record for abort, and relies
+// on the groups' driver fence, which it raises first (Mover.settle).
 
 // moveLease is the lease a Mover holds on a recorded move (epoch 0: none);
 // abort: the record is marked for abort (kv.MapMove.AbortWanted), so every
@@ -254,13 +256,15 @@ func (mv *Mover) recordEnd(ctx context.Context, what string) error {
 		return err
 	}
 	e := mv.lease.epoch
-	// Compare-and-set on the lease just renewed (kv.KindMapMoveDone); a
-	// metadata leader of an older build knows only the end by epoch.
-	_, err := mv.do(ctx, "KEFIR.SLOTS", "META", what, strconv.FormatUint(e, 10), mv.Driver, strconv.FormatUint(mv.lease.beat, 10))
-	if err != nil && strings.Contains(err.Error(), "wrong number of arguments") {
-		_, err = mv.do(ctx, "KEFIR.SLOTS", "META", what, strconv.FormatUint(e, 10))
+	// The end of a move marked for abort is a compare-and-set on the lease
+	// just renewed (kv.KindMapMoveDone: a marked move refuses an end that
+	// does not name its holder); an unmarked one's is by epoch, as before
+	// the mark, so that without marks every build applies it alike.
+	args := []string{"KEFIR.SLOTS", "META", what, strconv.FormatUint(e, 10)}
+	if mv.lease.abort {
+		args = append(args, mv.Driver, strconv.FormatUint(mv.lease.beat, 10))
 	}
-	if err != nil {
+	if _, err := mv.do(ctx, args...); err != nil {
 		return fmt.Errorf("move-slots: record the move's end (%s) in the metadata group: %w", strings.ToLower(what), err)
 	}
 	mv.lease = moveLease{}

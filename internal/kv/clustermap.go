@@ -49,13 +49,16 @@ import (
 //	                  so no driver that does not know it (a forward driver
 //	                  renewing, a take-over) holds it again. Int: the new
 //	                  beat.
-//	KindMapMoveDone   Key: a move (Epoch, and Driver and Beat: a driver's
-//	                  end): To owns the slots, the map's epoch becomes
-//	                  Epoch, the move is no longer in flight. With a
-//	                  Driver, refused unless the record's driver and beat
-//	                  are those (a displaced driver cannot end a move
-//	                  another holds); without one (an older driver's
-//	                  form), unchecked.
+//	KindMapMoveDone   Key: a move (Epoch; Driver and Beat: the end of a
+//	                  driver holding a marked move): To owns the slots,
+//	                  the map's epoch becomes Epoch, the move is no longer
+//	                  in flight. With a Driver, refused unless the
+//	                  record's driver and beat are those (a displaced
+//	                  driver cannot end a move another holds); a marked
+//	                  move is refused an end without one. An unmarked
+//	                  move's end without a Driver is unchecked, as before
+//	                  the mark (so that without marks a metadata group of
+//	                  mixed builds applies the same).
 //	KindMapMoveAbort  Key: as MoveDone: the move is dropped, From keeps
 //	                  the slots; the epoch becomes Epoch (the groups' tables
 //	                  went through it).
@@ -853,7 +856,14 @@ func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 		if i < 0 {
 			return nil, epoch, nil // done (or aborted) already: a retry
 		}
-		if cur := m.Moves[i]; mv.Driver != "" && (cur.Driver != mv.Driver || cur.Beat != mv.Beat) {
+		cur := m.Moves[i]
+		if cur.AbortWanted && mv.Driver == "" {
+			// A marked move is ended only by the driver that holds it
+			// (its ends name it): a forward driver the abort displaced
+			// does not end it.
+			return nil, Result{}, errMap("the move at epoch %d is marked to be rolled back and held by %q (beat %d): only its holder ends it", mv.Epoch, cur.Driver, cur.Beat)
+		}
+		if mv.Driver != "" && (cur.Driver != mv.Driver || cur.Beat != mv.Beat) {
 			// Compare-and-set on the lease: a driver displaced after its
 			// last renewal does not end a move another driver holds.
 			return nil, Result{}, errMap("the move at epoch %d is at beat %d (driver %q), not %d (driver %q): its lease was taken", mv.Epoch, cur.Beat, cur.Driver, mv.Beat, mv.Driver)

@@ -801,10 +801,15 @@ func TestMapMoveAbortMark(t *testing.T) {
 	if got, err := DecodeClusterMap(AppendClusterMap(nil, plain)); err != nil || got.Moves[0].AbortWanted {
 		t.Fatalf("an unmarked map: %+v %v", got, err)
 	}
-	// DONE / ABORT with a driver: only the record's driver at its beat.
-	for _, c := range []MapMove{{Epoch: 2, Driver: "abort", Beat: 3}, {Epoch: 2, Driver: "resumer", Beat: 3}} {
+	// DONE / ABORT with a driver: only the record's driver at its beat;
+	// without one (a displaced forward driver's DONE): refused on a
+	// marked move.
+	for _, c := range []MapMove{{Epoch: 2, Driver: "abort", Beat: 3}, {Epoch: 2, Driver: "resumer", Beat: 3}, {Epoch: 2}} {
 		if _, err := apply(moveOp(KindMapMoveAbort, c)); !errors.Is(err, ErrSlotTransition) {
 			t.Fatalf("abort %+v by a displaced driver: %v, want refused", c, err)
+		}
+		if _, err := apply(moveOp(KindMapMoveDone, c)); !errors.Is(err, ErrSlotTransition) {
+			t.Fatalf("done %+v by a displaced driver: %v, want refused", c, err)
 		}
 	}
 	if res, err := apply(moveOp(KindMapMoveAbort, MapMove{Epoch: 2, Driver: "resumer", Beat: 4})); err != nil || res.Int != 2 || res.Version == 0 {
