@@ -375,8 +375,12 @@ func (st ClusterStatus) String() string {
 		fmt.Fprintf(&b, "moves in flight: none\n")
 	}
 	for _, m := range cm.Moves {
-		fmt.Fprintf(&b, "move in flight: slots %s from group %d to group %d at epoch %d, driver %q (lease beat %d)\n",
-			FormatSlotRanges(m.Slots), m.From, m.To, m.Epoch, m.Driver, m.Beat)
+		mark := ""
+		if m.AbortWanted {
+			mark = ", marked for abort (move-slots --abort: rolled back unless handed over)"
+		}
+		fmt.Fprintf(&b, "move in flight: slots %s from group %d to group %d at epoch %d, driver %q (lease beat %d)%s\n",
+			FormatSlotRanges(m.Slots), m.From, m.To, m.Epoch, m.Driver, m.Beat, mark)
 	}
 	return b.String()
 }
