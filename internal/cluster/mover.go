@@ -537,6 +537,9 @@ func (mv *Mover) claimAbort(ctx context.Context, from, to GroupID, rs []kv.SlotR
 			return nil
 		}
 		mv.lease = moveLease{}
+		if strings.Contains(err.Error(), "wrong number of arguments") {
+			return fmt.Errorf("move-slots: abort: the metadata group's leader does not know the abort mark (an older build; every node must run this one): %w", err)
+		}
 		if mv.clock().Now().After(deadline) {
 			return fmt.Errorf("move-slots: abort: claim the move at epoch %d: %w", rec.Epoch, err)
 		}
