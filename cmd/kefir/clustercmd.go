@@ -61,7 +61,7 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	baseline := fs.Duration("baseline", time.Second, "how long the adaptive pace's probe measures the steady p99 before the move")
 	timeout := fs.Duration("timeout", 10*time.Minute, "deadline for the whole move")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	abort := fs.Bool("abort", false, "roll back a move that stopped before its hand-over instead of finishing it")
+	abort := fs.Bool("abort", false, "roll back the move instead of finishing it: a recorded move is taken over at once and marked for abort; past its hand-over it is finished instead, and the command says so and fails")
 	record := fs.Bool("record", true, "record the move in the metadata group (planned, then done) and drive it under a lease there, so that the metadata leader finishes it if this process dies; false: only the groups' tables know it")
 	lease := fs.Duration("lease", cluster.DefaultLease, "with --record, the driver's lease: renewed every quarter of it; the metadata leader takes the move over after two without a renewal")
 	if err := fs.Parse(args[1:]); err != nil {

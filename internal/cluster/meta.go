@@ -511,8 +511,12 @@ func (r *resumer) tick(ctx context.Context, m *Multi, cm *kv.ClusterMap, cfg Fol
 		rs := slices.Clone(mv.Slots)
 		logf("metadata: the move of %s from group %d to group %d at epoch %d has had no driver for %v (last driver %q): resuming it",
 			FormatSlotRanges(rs), mv.From, mv.To, mv.Epoch, 2*d.Lease, mv.Driver)
+		// A record marked for abort (move-slots --abort) is settled: rolled
+		// back before its hand-over, finished after (Mover.settle).
 		res, err := d.Move(ctx, GroupID(mv.From), GroupID(mv.To), rs)
-		if err != nil {
+		if errors.Is(err, ErrMoveRolledBack) {
+			logf("metadata: resumed move at epoch %d, marked for abort, rolled back", mv.Epoch)
+		} else if err != nil {
 			logf("metadata: resumed move at epoch %d: %v", mv.Epoch, err)
 		} else {
 			logf("metadata: resumed move at epoch %d done (%s)", res.Epoch, res.Resumed)

@@ -295,3 +295,49 @@ func TestMoversOfOneNameRecordDistinctDrivers(t *testing.T) {
 		t.Fatalf("a driver without a name records %q", c.Driver)
 	}
 }
+
+// KEFIR.SLOTS META CLAIM … ABORT carries the abort mark, DONE/ABORT with a
+// driver and beat carry them (compare-and-set at apply), the older forms
+// stay as they were, and anything else after the beat is refused.
+func TestMetaCommandAbortMarkAndLeasedEnds(t *testing.T) {
+	parse := func(args ...string) (kv.Op, error) {
+		b := [][]byte{[]byte("KEFIR.SLOTS"), []byte("META")}
+		for _, a := range args {
+			b = append(b, []byte(a))
+		}
+		c, err := MetaCommand(b)
+		return c.Op, err
+	}
+	move := func(op kv.Op) kv.MapMove {
+		t.Helper()
+		mv, err := kv.DecodeMapMove(op.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mv
+	}
+	for _, tc := range []struct {
+		args []string
+		kind kv.Kind
+		want kv.MapMove
+	}{
+		{[]string{"CLAIM", "2", "d", "5"}, kv.KindMapMoveClaim, kv.MapMove{Epoch: 2, Driver: "d", Beat: 5}},
+		{[]string{"CLAIM", "2", "d", "5", "abort"}, kv.KindMapMoveClaim, kv.MapMove{Epoch: 2, Driver: "d", Beat: 5, AbortWanted: true}},
+		{[]string{"DONE", "2"}, kv.KindMapMoveDone, kv.MapMove{Epoch: 2}},
+		{[]string{"DONE", "2", "d", "6"}, kv.KindMapMoveDone, kv.MapMove{Epoch: 2, Driver: "d", Beat: 6}},
+		{[]string{"ABORT", "2", "d", "6"}, kv.KindMapMoveAbort, kv.MapMove{Epoch: 2, Driver: "d", Beat: 6}},
+	} {
+		op, err := parse(tc.args...)
+		if err != nil || op.Kind != tc.kind {
+			t.Fatalf("%v: %v %v", tc.args, op.Kind, err)
+		}
+		if got := move(op); got.Epoch != tc.want.Epoch || got.Driver != tc.want.Driver || got.Beat != tc.want.Beat || got.AbortWanted != tc.want.AbortWanted {
+			t.Fatalf("%v: %+v, want %+v", tc.args, got, tc.want)
+		}
+	}
+	for _, bad := range [][]string{{"CLAIM", "2", "d", "5", "FORCE"}, {"DONE", "2", "d"}, {"DONE", "2", "", "6"}, {"ABORT", "2", "d", "x"}, {"CLAIM", "2", "d", "5", "ABORT", "x"}} {
+		if _, err := parse(bad...); err == nil {
+			t.Fatalf("%v parsed", bad)
+		}
+	}
+}

@@ -19,9 +19,10 @@ import (
 //	KEFIR.SLOTS META MAP [LOCAL|SINCE e [WAIT ms]]  the map as JSON (LOCAL: this node's replica's; SINCE: null unless newer
 //	                                                than epoch e; WAIT: held up to ms, at most 5000, until it is)
 //	KEFIR.SLOTS META PLAN from to ranges epoch driver   MovePlanned: the move's beat
-//	KEFIR.SLOTS META CLAIM epoch driver beat        renew or take over a move's lease: the new beat
-//	KEFIR.SLOTS META DONE epoch                     MoveDone: the map's epoch
-//	KEFIR.SLOTS META ABORT epoch                    the move rolled back: the map's epoch
+//	KEFIR.SLOTS META CLAIM epoch driver beat [ABORT] renew or take over a move's lease: the new beat
+//	                                                (ABORT: the claim carries the abort mark, kv.MapMove.AbortWanted)
+//	KEFIR.SLOTS META DONE epoch [driver beat]       MoveDone: the map's epoch (with the lease: compare-and-set on it)
+//	KEFIR.SLOTS META ABORT epoch [driver beat]      the move rolled back: the map's epoch
 //	KEFIR.SLOTS META ADDNODE id client-addr peer-addr   a node joins the map: the map's epoch
 //	KEFIR.SLOTS META SETMEMBERS group epoch id...   a group's members after its reconfiguration
 //	                                                to VR epoch `epoch` (kv.KindMapSetMembers): the map's epoch
@@ -67,7 +68,8 @@ func MetaCommand(args [][]byte) (MetaCmd, error) {
 	if !ok {
 		return c, slotsErrf("ERR unknown subcommand '%s' of KEFIR.SLOTS META (MAP, PLAN, CLAIM, DONE, ABORT, ADDNODE, SETMEMBERS, ADDGROUP, REMOVEGROUP, CHAINWANT)", strings.ToLower(sub))
 	}
-	if len(args) != n && !(sub == "MAP" && len(args) <= 7) && !((sub == "SETMEMBERS" || sub == "ADDGROUP" || sub == "CHAINWANT") && len(args) > n) {
+	longer := (sub == "CLAIM" && len(args) == 7) || ((sub == "DONE" || sub == "ABORT") && len(args) == 6)
+	if len(args) != n && !longer && !(sub == "MAP" && len(args) <= 7) && !((sub == "SETMEMBERS" || sub == "ADDGROUP" || sub == "CHAINWANT") && len(args) > n) {
 		return c, slotsErrf("ERR wrong number of arguments for 'kefir.slots|meta|%s' command", strings.ToLower(sub))
 	}
 	u := func(i int) (uint64, error) {
@@ -128,13 +130,28 @@ func MetaCommand(args [][]byte) (MetaCmd, error) {
 		if err != nil {
 			return c, err
 		}
-		c.Op = kv.Op{Kind: kv.KindMapMoveClaim, Key: kv.AppendMapMove(nil, kv.MapMove{Epoch: epoch, Driver: string(args[4]), Beat: beat})}
+		mark := len(args) == 7
+		if mark && !strings.EqualFold(string(args[6]), "ABORT") {
+			return c, slotsErrf("ERR KEFIR.SLOTS META CLAIM: %q after the beat (ABORT or nothing)", args[6])
+		}
+		c.Op = kv.Op{Kind: kv.KindMapMoveClaim, Key: kv.AppendMapMove(nil, kv.MapMove{Epoch: epoch, Driver: string(args[4]), Beat: beat, AbortWanted: mark})}
 	case "DONE", "ABORT":
 		epoch, err := u(3)
 		if err != nil {
 			return c, err
 		}
-		c.Op = kv.Op{Kind: kv.KindMapMoveDone, Key: kv.AppendMapMove(nil, kv.MapMove{Epoch: epoch})}
+		end := kv.MapMove{Epoch: epoch}
+		if len(args) == 6 {
+			// The driver's end: compare-and-set on its lease.
+			if end.Beat, err = u(5); err != nil {
+				return c, err
+			}
+			end.Driver = string(args[4])
+			if end.Driver == "" {
+				return c, slotsErrf("ERR KEFIR.SLOTS META %s: an empty driver", sub)
+			}
+		}
+		c.Op = kv.Op{Kind: kv.KindMapMoveDone, Key: kv.AppendMapMove(nil, end)}
 		if sub == "ABORT" {
 			c.Op.Kind = kv.KindMapMoveAbort
 		}

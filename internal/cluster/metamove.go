@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/resp"
 )
 
@@ -23,13 +24,18 @@ import (
 // the move over). A driver takes over a recorded move only after watching
 // its beat stand still for two leases (or, at the metadata leader's
 // resumer, after the resumer watched it), so a live driver is never
-// displaced, and a displaced one sends no further step once its next
-// renewal fails.
+// displaced by a take-over, and a displaced one sends no further step once
+// its next renewal fails. The exception is an abort (move-slots --abort,
+// Mover.Abort): it claims at once, marking the record for abort, and relies
+// on the groups' driver fence, which it raises first (Mover.settle).
 
-// moveLease is the lease a Mover holds on a recorded move (epoch 0: none).
+// moveLease is the lease a Mover holds on a recorded move (epoch 0: none);
+// abort: the record is marked for abort (kv.MapMove.AbortWanted), so every
+// claim of this driver carries the mark (the record refuses one without).
 type moveLease struct {
 	epoch, beat uint64
 	last        time.Time
+	abort       bool
 }
 
 // errNoRecord: the metadata group records no such move.
@@ -161,25 +167,13 @@ func (mv *Mover) identify() {
 	mv.identified = true
 }
 
-// takeRecord takes over the record of the move of rs from group from to
-// group to (an abort: nothing is planned; errNoRecord if there is none).
-func (mv *Mover) takeRecord(ctx context.Context, from, to GroupID, rs []kv.SlotRange) error {
-	cm, err := mv.MetaMap(ctx)
-	if err != nil {
-		return err
-	}
-	mv.identify()
-	for _, rec := range cm.Moves {
-		if rec.From == uint64(from) && rec.To == uint64(to) && slices.Equal(rec.Slots, rs) {
-			return mv.takeOver(ctx, rec)
-		}
-	}
-	return errNoRecord
-}
-
 // takeOver claims the lease of recorded move rec, once its beat stood
 // still for two leases (at once if it is at mv.TakeOver).
 func (mv *Mover) takeOver(ctx context.Context, rec kv.MapMove) error {
+	if mv.lease.epoch == rec.Epoch && mv.lease.beat == rec.Beat {
+		// Held already (settle finishing a marked move forward): renewed.
+		return mv.claim(ctx)
+	}
 	if rec.Beat != mv.TakeOver {
 		mv.logf("the move at epoch %d is recorded with driver %q: taking it over if its lease does not move for %v", rec.Epoch, rec.Driver, 2*mv.leaseDur())
 		// On the Mover's clock (the simulation's, under it).
@@ -198,7 +192,9 @@ func (mv *Mover) takeOver(ctx context.Context, rec kv.MapMove) error {
 			return fmt.Errorf("move-slots: the move at epoch %d is being driven by %q (its lease was renewed)", rec.Epoch, cm.Moves[i].Driver)
 		}
 	}
-	mv.lease = moveLease{epoch: rec.Epoch, beat: rec.Beat}
+	// A record marked for abort is taken with the mark (and then settled,
+	// never driven forward before its hand-over: Mover.settle).
+	mv.lease = moveLease{epoch: rec.Epoch, beat: rec.Beat, abort: rec.AbortWanted && !(mutation.On && MultiMut.IgnoreAbortMark.Load())}
 	if err := mv.claim(ctx); err != nil {
 		mv.lease = moveLease{}
 		return err
@@ -220,7 +216,11 @@ func (mv *Mover) claim(ctx context.Context) error {
 		defer cancel()
 		ctx = cctx
 	}
-	v, err := mv.doFor(ctx, min(mv.retryFor(), mv.leaseDur()), strArgs("KEFIR.SLOTS", "META", "CLAIM", strconv.FormatUint(l.epoch, 10), mv.Driver, strconv.FormatUint(l.beat, 10)))
+	args := strArgs("KEFIR.SLOTS", "META", "CLAIM", strconv.FormatUint(l.epoch, 10), mv.Driver, strconv.FormatUint(l.beat, 10))
+	if l.abort {
+		args = append(args, []byte("ABORT"))
+	}
+	v, err := mv.doFor(ctx, min(mv.retryFor(), mv.leaseDur()), args)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errLeaseLost, err)
 	}
@@ -256,7 +256,15 @@ func (mv *Mover) recordEnd(ctx context.Context, what string) error {
 		return err
 	}
 	e := mv.lease.epoch
-	if _, err := mv.do(ctx, "KEFIR.SLOTS", "META", what, strconv.FormatUint(e, 10)); err != nil {
+	// The end of a move marked for abort is a compare-and-set on the lease
+	// just renewed (kv.KindMapMoveDone: a marked move refuses an end that
+	// does not name its holder); an unmarked one's is by epoch, as before
+	// the mark, so that without marks every build applies it alike.
+	args := []string{"KEFIR.SLOTS", "META", what, strconv.FormatUint(e, 10)}
+	if mv.lease.abort {
+		args = append(args, mv.Driver, strconv.FormatUint(mv.lease.beat, 10))
+	}
+	if _, err := mv.do(ctx, args...); err != nil {
 		return fmt.Errorf("move-slots: record the move's end (%s) in the metadata group: %w", strings.ToLower(what), err)
 	}
 	mv.lease = moveLease{}
@@ -367,8 +375,12 @@ func (st ClusterStatus) String() string {
 		fmt.Fprintf(&b, "moves in flight: none\n")
 	}
 	for _, m := range cm.Moves {
-		fmt.Fprintf(&b, "move in flight: slots %s from group %d to group %d at epoch %d, driver %q (lease beat %d)\n",
-			FormatSlotRanges(m.Slots), m.From, m.To, m.Epoch, m.Driver, m.Beat)
+		mark := ""
+		if m.AbortWanted {
+			mark = ", marked for abort (move-slots --abort: rolled back unless handed over)"
+		}
+		fmt.Fprintf(&b, "move in flight: slots %s from group %d to group %d at epoch %d, driver %q (lease beat %d)%s\n",
+			FormatSlotRanges(m.Slots), m.From, m.To, m.Epoch, m.Driver, m.Beat, mark)
 	}
 	return b.String()
 }

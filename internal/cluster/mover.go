@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -109,6 +110,9 @@ type Mover struct {
 	// the latency probe's are short, so that a hung leader cannot hold it.
 	rtTimeout time.Duration
 	lease     moveLease
+	// settling: settle runs Move to finish a move marked for abort past
+	// its hand-over (Move then drives it, rather than settling again).
+	settling bool
 	// answeredBy is the address that answered the last command.
 	answeredBy string
 }
@@ -241,6 +245,24 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 		if mutation.On && MultiMut.DoneBeforeCopy.Load() && stage == 0 {
 			if err := mv.recordEnd(ctx, "DONE"); err != nil {
 				return out, err
+			}
+		}
+		if mv.lease.abort {
+			// The record is marked for abort (move-slots --abort): never
+			// driven forward before its hand-over. The tables read above
+			// came before this driver's claim: settle fences the groups
+			// and decides on what they hold then.
+			if mv.settling {
+				if stage < 2 {
+					return out, fmt.Errorf("move-slots: the move at epoch %d is marked to be rolled back: not driving it forward before its hand-over", epoch)
+				}
+			} else {
+				res, rolledBack, err := mv.settle(ctx, from, to, rs)
+				if err == nil && rolledBack {
+					err = fmt.Errorf("%w: the move of %s from group %d to group %d at epoch %d was marked to be rolled back (move-slots --abort) before its hand-over: rolled back (group %d keeps the slots)",
+						ErrMoveRolledBack, ranges, from, to, res.Epoch, from)
+				}
+				return res, err
 			}
 		}
 	}
@@ -442,24 +464,149 @@ func (mv *Mover) viewCopies(ctx context.Context, from, to GroupID, at int64) (in
 	return len(entries) / 3, nil
 }
 
+// ErrMoveRolledBack is Move's error for a recorded move it found marked for
+// abort (move-slots --abort) before its hand-over: it rolled it back
+// (settle) instead of moving the slots.
+var ErrMoveRolledBack = errors.New("move-slots: rolled back")
+
 // maxRounds bounds the pre-copy's rounds.
 const maxRounds = 8
 
 // Abort rolls back a move of rs from group from to group to that has not
 // reached its hand-over: the source owns the slots again (it never stopped
 // serving them), the destination gives up importing them and its copy is
-// purged. A move past its hand-over can only be finished (Move): the source
-// may not take back slots it handed over.
+// purged. A move past its hand-over can only be finished: the source may
+// not take back slots it handed over.
+//
+// A move recorded in the metadata group (Meta) is claimed at once, with the
+// abort mark (claimAbort: a live driver is displaced, its next renewal
+// refused, and no take-over drives the move forward again), then settled
+// (settle): both groups fenced, their tables read, and the move rolled back
+// before its hand-over — or, past it, finished forward by this driver and
+// an error returned saying so.
 func (mv *Mover) Abort(ctx context.Context, from, to GroupID, rs []kv.SlotRange) error {
 	defer mv.close()
-	g := func(id GroupID) string { return strconv.FormatUint(uint64(id), 10) }
 	ranges := FormatSlotRanges(rs)
+	if mv.Meta {
+		err := mv.claimAbort(ctx, from, to, rs)
+		if err == nil {
+			res, rolledBack, err := mv.settle(ctx, from, to, rs)
+			if err != nil {
+				return err
+			}
+			if !rolledBack {
+				return fmt.Errorf("move-slots: abort: the move of %s from group %d to group %d at epoch %d had been handed over, so it cannot be rolled back: it was finished instead (group %d owns the slots)",
+					ranges, from, to, res.Epoch, to)
+			}
+			return nil
+		}
+		if !errors.Is(err, errNoRecord) {
+			return err
+		}
+		// Not recorded (done, rolled back, or moved without a record):
+		// rolled back from the tables, as without a metadata group.
+	}
+	src, dst, err := mv.moveStates(ctx, from, to, rs)
+	if err != nil {
+		return err
+	}
+	return mv.rollBack(ctx, from, to, rs, src, dst)
+}
+
+// claimAbort claims the record of the move of rs from group from to group
+// to at once, with the abort mark (errNoRecord: none): at the beat the map
+// shows, read again if another claim moved it meanwhile.
+func (mv *Mover) claimAbort(ctx context.Context, from, to GroupID, rs []kv.SlotRange) error {
+	mv.identify()
+	deadline := mv.clock().Now().Add(mv.retryFor())
+	for {
+		cm, err := mv.MetaMap(ctx)
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(cm.Moves, func(rec kv.MapMove) bool {
+			return rec.From == uint64(from) && rec.To == uint64(to) && slices.Equal(rec.Slots, rs)
+		})
+		if i < 0 {
+			return errNoRecord
+		}
+		rec := cm.Moves[i]
+		mv.lease = moveLease{epoch: rec.Epoch, beat: rec.Beat, abort: true}
+		err = mv.claim(ctx)
+		if err == nil {
+			mv.logf("took over the move at epoch %d from driver %q at once, marked for abort", rec.Epoch, rec.Driver)
+			return nil
+		}
+		mv.lease = moveLease{}
+		if strings.Contains(err.Error(), "wrong number of arguments") {
+			return fmt.Errorf("move-slots: abort: the metadata group's leader does not know the abort mark (an older build; every node must run this one): %w", err)
+		}
+		if mv.clock().Now().After(deadline) {
+			return fmt.Errorf("move-slots: abort: claim the move at epoch %d: %w", rec.Epoch, err)
+		}
+		// The beat moved between the read and the claim (its driver
+		// renewed, another taker claimed): read it again.
+		if err := mv.clock().Sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// settle is what a driver holding a record marked for abort does, whoever
+// it is (move-slots --abort after its claim; a take-over of a marked record
+// through Move, the metadata leader's resumer's and the simulation's): it
+// fences both groups at its beat (fence), so that no step of an earlier
+// driver lands after it and the tables it then reads are final, and
+// decides on them: before the hand-over it rolls the move back and records
+// the abort (rolledBack); past it it finishes the move forward (Move) and
+// records it done.
+func (mv *Mover) settle(ctx context.Context, from, to GroupID, rs []kv.SlotRange) (res MoveResult, rolledBack bool, err error) {
+	res.Epoch = mv.lease.epoch
+	for _, id := range []GroupID{from, to} {
+		if err := mv.fence(ctx, id); err != nil {
+			return res, false, err
+		}
+	}
+	mv.after("abort-fenced")
+	src, dst, err := mv.moveStates(ctx, from, to, rs)
+	if err != nil {
+		return res, false, err
+	}
+	handedOver := src.State == "none" && src.Peer == uint64(to) &&
+		(dst.State == "owned" || dst.State == "importing" && dst.Peer == uint64(from))
+	if !handedOver {
+		res.Resumed = "rolled back"
+		return res, true, mv.rollBack(ctx, from, to, rs, src, dst)
+	}
+	mv.logf("the move at epoch %d was handed over before its abort: finishing it", res.Epoch)
+	mv.settling = true
+	defer func() { mv.settling = false }()
+	res, err = mv.Move(ctx, from, to, rs)
+	return res, false, err
+}
+
+// fence raises group id's driver fence to this driver's lease (an empty
+// KEFIR.SLOTS LOADF at the move's epoch and the lease's beat), retried
+// while no leader answers: from then on the group refuses every step of a
+// driver with a lower beat. Refused (a driver with a higher beat fenced
+// the group): this driver was displaced.
+func (mv *Mover) fence(ctx context.Context, id GroupID) error {
+	l := mv.lease
+	if _, err := mv.do(ctx, "KEFIR.SLOTS", "LOADF", strconv.FormatUint(uint64(id), 10), strconv.FormatUint(l.epoch, 10), strconv.FormatUint(l.beat, 10)); err != nil {
+		return fmt.Errorf("move-slots: fence group %d at epoch %d, beat %d: %w", id, l.epoch, l.beat, err)
+	}
+	return nil
+}
+
+// moveStates returns the state of rs at group from and at group to (a
+// group without a table: no move of it ever started).
+func (mv *Mover) moveStates(ctx context.Context, from, to GroupID, rs []kv.SlotRange) (src, dst SlotRunInfo, err error) {
 	in := InRanges(rs)
 	var st [2]SlotRunInfo
 	for i, id := range []GroupID{from, to} {
 		t, err := mv.Table(ctx, id)
 		if err != nil {
-			return err
+			return src, dst, err
 		}
 		if len(t) == 0 {
 			// No table: no move of this group ever started (a move
@@ -468,17 +615,19 @@ func (mv *Mover) Abort(ctx context.Context, from, to GroupID, rs []kv.SlotRange)
 			continue
 		}
 		if st[i], err = uniform(t, in, id); err != nil {
-			return err
+			return src, dst, err
 		}
 	}
-	src, dst := st[0], st[1]
-	if mv.Meta {
-		// The record is dropped at the end; until then this driver holds
-		// its lease (a resumer would otherwise finish the move).
-		if err := mv.takeRecord(ctx, from, to, rs); err != nil && !errors.Is(err, errNoRecord) {
-			return err
-		}
-	}
+	return st[0], st[1], nil
+}
+
+// rollBack rolls back the move of rs from group from to group to whose
+// tables are src and dst (refused past the hand-over), purges the
+// destination's copy and records the abort if this driver holds the
+// move's record.
+func (mv *Mover) rollBack(ctx context.Context, from, to GroupID, rs []kv.SlotRange, src, dst SlotRunInfo) error {
+	g := func(id GroupID) string { return strconv.FormatUint(uint64(id), 10) }
+	ranges := FormatSlotRanges(rs)
 	switch {
 	case src.State == "owned" && dst.State == "none":
 		// Nothing to roll back, or rolled back before the purge.
@@ -513,10 +662,8 @@ func (mv *Mover) Abort(ctx context.Context, from, to GroupID, rs []kv.SlotRange)
 	if err := mv.load(ctx, to, purge, true); err != nil {
 		return fmt.Errorf("move-slots: abort: purge group %d's copy: %w", to, err)
 	}
-	if mv.Meta {
-		if err := mv.recordEnd(ctx, "ABORT"); err != nil {
-			return err
-		}
+	if err := mv.recordEnd(ctx, "ABORT"); err != nil {
+		return err
 	}
 	mv.logf("rolled back the move of %s from group %d to group %d: group %d owns them, %d keys of its copy purged at group %d", ranges, from, to, from, len(purge)/3, to)
 	return nil

@@ -655,6 +655,12 @@ type MultiMutations struct {
 	// leaving the removed nodes in the metadata group (vrshard
 	// TestMoveSimShrinkCatchesMutations).
 	RemoveNodesSkipsMeta atomic.Bool
+	// IgnoreAbortMark: a driver that takes over a recorded move marked for
+	// abort (kv.MapMove.AbortWanted) neither carries the mark in its
+	// claims nor settles the move: it drives it forward as an unmarked one
+	// (vrshard TestMoveSimMetaAbortCatchesMutations; with
+	// kv.MapMut.ClaimIgnoresAbortMark its claims are taken).
+	IgnoreAbortMark atomic.Bool
 }
 
 // MultiMut is the process's MultiMutations (tests only; read under mutation.On).

@@ -32,8 +32,9 @@ import (
 //	                                             frozen 1: only once the group handed the ranges over
 //	                                             (its fence froze them), else -TRYAGAIN
 //	KEFIR.SLOTS LOAD g key meta payload ...      an import (or, deletions only, a purge)
-//	KEFIR.SLOTS LOADF g epoch beat key meta payload ...
-//	                                             LOAD fenced by the driver's lease
+//	KEFIR.SLOTS LOADF g epoch beat [key meta payload ...]
+//	                                             LOAD fenced by the driver's lease (no entries:
+//	                                             the fence raised, nothing else: Mover.fence)
 //	KEFIR.SLOTS CLIENTS g at                     the group's client-table rows as of version at,
 //	                                             or the marks it imported if later (ClientRows):
 //	                                             [id (8 bytes) row]... (a move's request marks)
@@ -304,7 +305,12 @@ func SlotsCommand(a SlotAdmin, args [][]byte) (SlotsCmd, error) {
 			}
 			op.Expected, op.Keys = kv.AppendDriverFence(nil, e, beat), args[5:]
 		}
-		if len(op.Keys)%3 != 0 || len(op.Keys) == 0 {
+		// LOADF without entries only raises the group's driver fence: a
+		// driver that took a move over fences a group whatever state its
+		// table is in (Mover.fence), where a no-op SET would carry the
+		// entry's own epoch, below the move's while the move has not
+		// reached the group.
+		if len(op.Keys)%3 != 0 || (len(op.Keys) == 0 && sub != "LOADF") {
 			return c, slotsErrf("ERR wrong number of arguments for 'kefir.slots|%s' command", strings.ToLower(sub))
 		}
 		c.Write, c.Op = true, op

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // The cluster map: the replicated state of a cluster's metadata group (issue
@@ -37,12 +39,27 @@ import (
 //	                  planned again by its driver is a no-op, by another
 //	                  driver refused (it must claim a lapsed lease).
 //	                  Int: the move's beat.
-//	KindMapMoveClaim  Key: a move (Epoch, Driver, Beat): the move at Epoch
-//	                  gets Driver and its beat goes up, if its beat is Beat
-//	                  (a lease renewed, or taken over). Int: the new beat.
-//	KindMapMoveDone   Key: a move (Epoch): To owns the slots, the map's
-//	                  epoch becomes Epoch, the move is no longer in flight.
-//	KindMapMoveAbort  Key: a move (Epoch): the move is dropped, From keeps
+//	KindMapMoveClaim  Key: a move (Epoch, Driver, Beat, AbortWanted): the
+//	                  move at Epoch gets Driver and its beat goes up, if
+//	                  its beat is Beat (a lease renewed, or taken over).
+//	                  A claim with AbortWanted marks the record for good
+//	                  (the move is to be rolled back if it has not been
+//	                  handed over: kefir cluster move-slots --abort); a
+//	                  marked record refuses every claim without the mark,
+//	                  so no driver that does not know it (a forward driver
+//	                  renewing, a take-over) holds it again. Int: the new
+//	                  beat.
+//	KindMapMoveDone   Key: a move (Epoch; Driver and Beat: the end of a
+//	                  driver holding a marked move): To owns the slots,
+//	                  the map's epoch becomes Epoch, the move is no longer
+//	                  in flight. With a Driver, refused unless the
+//	                  record's driver and beat are those (a displaced
+//	                  driver cannot end a move another holds); a marked
+//	                  move is refused an end without one. An unmarked
+//	                  move's end without a Driver is unchecked, as before
+//	                  the mark (so that without marks a metadata group of
+//	                  mixed builds applies the same).
+//	KindMapMoveAbort  Key: as MoveDone: the move is dropped, From keeps
 //	                  the slots; the epoch becomes Epoch (the groups' tables
 //	                  went through it).
 //	KindMapAddNode    Key: a node. Added to the map (no group: it gets
@@ -83,6 +100,19 @@ import (
 //	                  The epoch moves as with AddNode.
 //	KindMapChainWant  Key: a chain group's nodes to add and to remove
 //	                  (AppendMapChainWant), chainconf.go.
+
+// MapMutations are deliberate bugs of the map's ops the tests switch on to
+// show that they catch them (internal/mutation); exported for vrshard's
+// move simulation, set only before a run.
+type MapMutations struct {
+	// ClaimIgnoresAbortMark: a record marked for abort takes claims that
+	// do not carry the mark (a forward driver may hold it again).
+	ClaimIgnoresAbortMark bool
+}
+
+// MapMut is the process's MapMutations (tests only; read under
+// mutation.On).
+var MapMut MapMutations
 
 // ClusterMapKey is the reserved record that holds the metadata group's map.
 var ClusterMapKey = ReservedKey("clustermap")
@@ -197,6 +227,12 @@ type MapMove struct {
 	Epoch    uint64
 	Driver   string
 	Beat     uint64
+	// AbortWanted marks a move to be rolled back (set by a claim that
+	// carries it, never cleared while the move is in flight): whoever
+	// holds the record settles it — rolls it back before its hand-over,
+	// finishes it after — and never drives it forward before the
+	// hand-over. In an op's Key: the claim carries the mark.
+	AbortWanted bool `json:",omitempty"`
 }
 
 // Owner returns the group that owns slot in the map (0: none).
@@ -277,7 +313,7 @@ func AppendClusterMap(b []byte, m *ClusterMap) []byte {
 	}
 	b = binary.AppendUvarint(b, uint64(len(m.Moves)))
 	for _, mv := range m.Moves {
-		b = AppendMapMove(b, mv)
+		b = appendMapMove(b, mv)
 	}
 	// The groups' member epochs, last and only when one was recorded: a
 	// map of before KindMapSetMembers decodes (and encodes) as it was.
@@ -295,7 +331,22 @@ func AppendClusterMap(b []byte, m *ClusterMap) []byte {
 	}
 	// Each optional section is written when it or a later one has
 	// something: removed groups, then chain groups, come last.
-	removedOn := len(m.Removed) > 0 || len(chains) > 0
+	// The moves marked for abort (their epochs) come last of all.
+	var marked []uint64
+	for _, mv := range m.Moves {
+		if mv.AbortWanted {
+			marked = append(marked, mv.Epoch)
+		}
+	}
+	var wants []MapGroup
+	for _, g := range m.Groups {
+		if len(g.Joining) > 0 || len(g.Leaving) > 0 {
+			wants = append(wants, g)
+		}
+	}
+	wantsOn := len(wants) > 0 || len(marked) > 0
+	chainsOn := len(chains) > 0 || wantsOn
+	removedOn := len(m.Removed) > 0 || chainsOn
 	metaOn := m.Meta != nil || removedOn
 	if len(eps) > 0 || metaOn {
 		b = binary.AppendUvarint(b, uint64(len(eps)))
@@ -323,29 +374,32 @@ func AppendClusterMap(b []byte, m *ClusterMap) []byte {
 			b = binary.AppendUvarint(b, id)
 		}
 	}
-	// Then the groups that run the chain engine, when there are any: a
+	// Then the groups that run the chain engine, when there are any (a
+	// count of 0: none, written only when a later section follows): a
 	// map of VR groups only decodes (and encodes) as before.
-	if len(chains) > 0 {
+	if chainsOn {
 		b = binary.AppendUvarint(b, uint64(len(chains)))
 		for _, id := range chains {
 			b = binary.AppendUvarint(b, id)
 		}
 	}
 	// Then the chain groups' wanted changes, when one has any (only chain
-	// groups have them, so the chain section precedes it).
-	var wants []MapGroup
-	for _, g := range m.Groups {
-		if len(g.Joining) > 0 || len(g.Leaving) > 0 {
-			wants = append(wants, g)
-		}
-	}
-	if len(wants) > 0 {
+	// groups have them, so the chain section precedes it; a count of 0:
+	// none, written only when marked moves follow).
+	if wantsOn {
 		b = binary.AppendUvarint(b, uint64(len(wants)))
 		for _, g := range wants {
 			b = binary.AppendUvarint(b, g.ID)
 			b = appendIDs(b, g.Joining)
 			b = appendIDs(b, g.Leaving)
 		}
+	}
+	// Then the epochs of the moves marked for abort, when one is: a map
+	// that never had an abort of a recorded move encodes as before the
+	// mark (so it stays readable by an older build; one that holds a
+	// mark is not: docs/design/cluster.md §9, mixed builds).
+	if len(marked) > 0 {
+		b = appendIDs(b, marked)
 	}
 	return b
 }
@@ -422,8 +476,8 @@ func DecodeClusterMap(b []byte) (*ClusterMap, error) {
 	}
 	if d.Err == nil && len(d.B) > 0 {
 		n := count()
-		if n == 0 && d.Err == nil {
-			d.Err = ErrCorrupt
+		if n == 0 && d.Err == nil && len(d.B) == 0 {
+			d.Err = ErrCorrupt // a count of 0 only before a later section
 		}
 		for range n {
 			if g, ok := m.Group(d.Uvarint()); ok && !g.IsChain() {
@@ -435,8 +489,8 @@ func DecodeClusterMap(b []byte) (*ClusterMap, error) {
 	}
 	if d.Err == nil && len(d.B) > 0 {
 		n := count()
-		if n == 0 && d.Err == nil {
-			d.Err = ErrCorrupt
+		if n == 0 && d.Err == nil && len(d.B) == 0 {
+			d.Err = ErrCorrupt // a count of 0 only before marked moves
 		}
 		for range n {
 			g, ok := m.Group(d.Uvarint())
@@ -449,6 +503,21 @@ func DecodeClusterMap(b []byte) (*ClusterMap, error) {
 			}
 			if ok && g.IsChain() && g.Joining == nil && g.Leaving == nil && len(j)+len(l) > 0 {
 				g.Joining, g.Leaving = j, l
+			} else if d.Err == nil {
+				d.Err = ErrCorrupt
+			}
+		}
+	}
+	if d.Err == nil && len(d.B) > 0 {
+		n := count()
+		if n == 0 && d.Err == nil {
+			d.Err = ErrCorrupt
+		}
+		for range n {
+			e := d.Uvarint()
+			i := slices.IndexFunc(m.Moves, func(x MapMove) bool { return x.Epoch == e })
+			if i >= 0 && !m.Moves[i].AbortWanted {
+				m.Moves[i].AbortWanted = true
 			} else if d.Err == nil {
 				d.Err = ErrCorrupt
 			}
@@ -559,8 +628,20 @@ func DecodeMapAddGroup(b []byte) (MapAddGroup, error) {
 	return ag, nil
 }
 
-// AppendMapMove appends mv's encoding (the Key of the move ops) to b.
+// AppendMapMove appends mv's encoding (the Key of the move ops) to b: a
+// claim that carries the abort mark ends in a 1 (without it, the encoding
+// of before the mark).
 func AppendMapMove(b []byte, mv MapMove) []byte {
+	b = appendMapMove(b, mv)
+	if mv.AbortWanted {
+		b = binary.AppendUvarint(b, 1)
+	}
+	return b
+}
+
+// appendMapMove is a move's encoding in the map (its mark in a section of
+// its own: AppendClusterMap).
+func appendMapMove(b []byte, mv MapMove) []byte {
 	b = binary.AppendUvarint(b, mv.From)
 	b = binary.AppendUvarint(b, mv.To)
 	b = AppendBytes(b, EncodeSlotRanges(mv.Slots))
@@ -586,6 +667,12 @@ func decodeMapMove(d *Decoder) MapMove {
 func DecodeMapMove(b []byte) (MapMove, error) {
 	d := Decoder{B: b}
 	mv := decodeMapMove(&d)
+	if d.Err == nil && len(d.B) > 0 {
+		mv.AbortWanted = d.Uvarint() == 1
+		if !mv.AbortWanted && d.Err == nil {
+			d.Err = ErrCorrupt
+		}
+	}
 	if d.Err != nil || len(d.B) != 0 {
 		return MapMove{}, fmt.Errorf("%w: cluster map move", ErrCorrupt)
 	}
@@ -746,6 +833,12 @@ func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 		if i < 0 {
 			return nil, Result{}, errMap("no move in flight at epoch %d", mv.Epoch)
 		}
+		if cur := m.Moves[i]; cur.AbortWanted && !mv.AbortWanted && !(mutation.On && MapMut.ClaimIgnoresAbortMark) {
+			// Sticky: a driver that does not know the mark (a forward
+			// driver's renewal, a take-over that read the map before
+			// it) never holds the move again.
+			return nil, Result{}, errMap("the move at epoch %d is marked to be rolled back (driver %q, beat %d): only a claim that carries the mark (move-slots --abort, a take-over that settles it) holds it", mv.Epoch, cur.Driver, cur.Beat)
+		}
 		if cur := m.Moves[i]; cur.Beat != mv.Beat {
 			if cur.Driver == mv.Driver && cur.Beat == mv.Beat+1 {
 				// This driver's own claim at mv.Beat, applied, its
@@ -763,10 +856,23 @@ func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 		n := m.clone()
 		n.Moves[i].Driver = mv.Driver
 		n.Moves[i].Beat++
+		n.Moves[i].AbortWanted = n.Moves[i].AbortWanted || mv.AbortWanted
 		return n, Result{Kind: ResInt, Int: int64(n.Moves[i].Beat)}, nil
 	case KindMapMoveDone, KindMapMoveAbort:
 		if i < 0 {
 			return nil, epoch, nil // done (or aborted) already: a retry
+		}
+		cur := m.Moves[i]
+		if cur.AbortWanted && mv.Driver == "" {
+			// A marked move is ended only by the driver that holds it
+			// (its ends name it): a forward driver the abort displaced
+			// does not end it.
+			return nil, Result{}, errMap("the move at epoch %d is marked to be rolled back and held by %q (beat %d): only its holder ends it", mv.Epoch, cur.Driver, cur.Beat)
+		}
+		if mv.Driver != "" && (cur.Driver != mv.Driver || cur.Beat != mv.Beat) {
+			// Compare-and-set on the lease: a driver displaced after its
+			// last renewal does not end a move another driver holds.
+			return nil, Result{}, errMap("the move at epoch %d is at beat %d (driver %q), not %d (driver %q): its lease was taken", mv.Epoch, cur.Beat, cur.Driver, mv.Beat, mv.Driver)
 		}
 		n := m.clone()
 		done := n.Moves[i]

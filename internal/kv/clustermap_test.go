@@ -730,3 +730,96 @@ func TestClusterMapCodecOptionalSections(t *testing.T) {
 		}
 	}
 }
+
+// The abort mark (move-slots --abort): set by a claim that carries it,
+// sticky (a marked record refuses claims without it, and a marked claim
+// keeps it), kept through the map's encoding; DONE and ABORT with a
+// driver are compare-and-set on the lease. A map without a mark, and a
+// claim without one, encode byte for byte as before the mark (an older
+// build reads them).
+func TestMapMoveAbortMark(t *testing.T) {
+	m := mem{}
+	apply := applier(t, m)
+	initMap(t, apply)
+	rs := []SlotRange{{0, 99}}
+	if _, err := apply(moveOp(KindMapMovePlan, MapMove{From: 1, To: 2, Slots: rs, Epoch: 2, Driver: "fwd"})); err != nil {
+		t.Fatal(err)
+	}
+	plain := readMap(t, m)
+	if b := AppendMapMove(nil, MapMove{Epoch: 2, Driver: "fwd", Beat: 1}); len(b) != len(appendMapMove(nil, MapMove{Epoch: 2, Driver: "fwd", Beat: 1})) {
+		t.Fatalf("an unmarked claim's key changed encoding: %x", b)
+	}
+	// The forward driver renews (beat 2); the abort claims at once at that
+	// beat, with the mark (beat 3).
+	if res, err := apply(moveOp(KindMapMoveClaim, MapMove{Epoch: 2, Driver: "fwd", Beat: 1})); err != nil || res.Int != 2 {
+		t.Fatalf("renewal: %v %v", res, err)
+	}
+	if res, err := apply(moveOp(KindMapMoveClaim, MapMove{Epoch: 2, Driver: "abort", Beat: 2, AbortWanted: true})); err != nil || res.Int != 3 {
+		t.Fatalf("the abort's claim: %v %v", res, err)
+	}
+	cm := readMap(t, m)
+	if !cm.Moves[0].AbortWanted || cm.Moves[0].Driver != "abort" {
+		t.Fatalf("after the abort's claim: %+v", cm.Moves[0])
+	}
+	// An unmarked claim at the current beat (a take-over that did not see
+	// the mark) is refused; so is the displaced forward driver's renewal.
+	for _, c := range []MapMove{{Epoch: 2, Driver: "resumer", Beat: 3}, {Epoch: 2, Driver: "fwd", Beat: 2}} {
+		if _, err := apply(moveOp(KindMapMoveClaim, c)); !errors.Is(err, ErrSlotTransition) {
+			t.Fatalf("claim %+v of a marked record: %v, want refused", c, err)
+		}
+	}
+	// A marked take-over holds it, and the mark stays.
+	if res, err := apply(moveOp(KindMapMoveClaim, MapMove{Epoch: 2, Driver: "resumer", Beat: 3, AbortWanted: true})); err != nil || res.Int != 4 {
+		t.Fatalf("a marked take-over: %v %v", res, err)
+	}
+	cm = readMap(t, m)
+	if !cm.Moves[0].AbortWanted {
+		t.Fatal("the mark was lost by a marked claim")
+	}
+	got, err := DecodeClusterMap(AppendClusterMap(nil, cm))
+	if err != nil || !got.Moves[0].AbortWanted {
+		t.Fatalf("a marked map's round trip: %+v %v", got, err)
+	}
+	// With later sections empty and earlier ones present.
+	cm2 := cm.clone()
+	cm2.Removed = []uint64{7}
+	if got, err := DecodeClusterMap(AppendClusterMap(nil, cm2)); err != nil || !got.Moves[0].AbortWanted || !slices.Equal(got.Removed, []uint64{7}) {
+		t.Fatalf("a marked map with removed groups: %+v %v", got, err)
+	}
+	if got, err := DecodeMapMove(AppendMapMove(nil, MapMove{Epoch: 2, Driver: "x", Beat: 4, AbortWanted: true})); err != nil || !got.AbortWanted {
+		t.Fatalf("a marked claim's key: %+v %v", got, err)
+	}
+	if _, err := DecodeMapMove(append(AppendMapMove(nil, MapMove{Epoch: 2}), 2)); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a claim key with a flag other than 1: %v", err)
+	}
+	// The unmarked map encodes as before the mark: no trailing section.
+	unmarked := cm.clone()
+	unmarked.Moves[0].AbortWanted = false
+	if a, b := AppendClusterMap(nil, unmarked), AppendClusterMap(nil, cm); len(b) <= len(a) {
+		t.Fatalf("the mark is not encoded: %d bytes marked, %d unmarked", len(b), len(a))
+	}
+	if got, err := DecodeClusterMap(AppendClusterMap(nil, plain)); err != nil || got.Moves[0].AbortWanted {
+		t.Fatalf("an unmarked map: %+v %v", got, err)
+	}
+	// DONE / ABORT with a driver: only the record's driver at its beat;
+	// without one (a displaced forward driver's DONE): refused on a
+	// marked move.
+	for _, c := range []MapMove{{Epoch: 2, Driver: "abort", Beat: 3}, {Epoch: 2, Driver: "resumer", Beat: 3}, {Epoch: 2}} {
+		if _, err := apply(moveOp(KindMapMoveAbort, c)); !errors.Is(err, ErrSlotTransition) {
+			t.Fatalf("abort %+v by a displaced driver: %v, want refused", c, err)
+		}
+		if _, err := apply(moveOp(KindMapMoveDone, c)); !errors.Is(err, ErrSlotTransition) {
+			t.Fatalf("done %+v by a displaced driver: %v, want refused", c, err)
+		}
+	}
+	if res, err := apply(moveOp(KindMapMoveAbort, MapMove{Epoch: 2, Driver: "resumer", Beat: 4})); err != nil || res.Int != 2 || res.Version == 0 {
+		t.Fatalf("the holder's abort: %v %v", res, err)
+	}
+	if cm := readMap(t, m); len(cm.Moves) != 0 || cm.Owner(50) != 1 || cm.Epoch != 2 {
+		t.Fatalf("after the abort: %+v", cm)
+	}
+	// A retry once ended: a no-op, whoever sends it.
+	if res, err := apply(moveOp(KindMapMoveAbort, MapMove{Epoch: 2, Driver: "abort", Beat: 3})); err != nil || res.Version != 0 {
+		t.Fatalf("a retried abort: %v %v", res, err)
+	}
+}

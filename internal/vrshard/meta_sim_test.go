@@ -82,6 +82,14 @@ type metaState struct {
 	// flight; top: the highest map epoch applied.
 	planned map[uint64]bool
 	top     uint64
+	// checkAborts (moveOptions.abort): handedOver checks that a move some
+	// map showed marked for abort (kv.MapMove.AbortWanted) before its
+	// source applied its hand-over is never handed over. from: each
+	// recorded move's source, by epoch; marked: the moves marked; handed:
+	// the moves a replica of their source applied the hand-over of.
+	checkAborts    bool
+	from           map[uint64]uint64
+	marked, handed map[uint64]bool
 	// routes: by node, the map it routes by and its epoch (never lower:
 	// Multi.adopt), as its replica applied it.
 	routes map[int]*kcluster.SlotMap
@@ -91,7 +99,8 @@ type metaState struct {
 // nodes (kv.DefaultMetaMembers: the lowest ids), at the addresses after the
 // data groups' (before any spare).
 func (c *simCluster) addMeta() {
-	c.meta = &metaState{seen: map[int][2]uint64{}, inc: map[int]*hostNode{}, planned: map[uint64]bool{}, routes: map[int]*kcluster.SlotMap{}}
+	c.meta = &metaState{seen: map[int][2]uint64{}, inc: map[int]*hostNode{}, planned: map[uint64]bool{}, routes: map[int]*kcluster.SlotMap{},
+		from: map[uint64]uint64{}, marked: map[uint64]bool{}, handed: map[uint64]bool{}}
 	for k := range movesGroupSize {
 		a := len(c.node)
 		c.meta.addrs = append(c.meta.addrs, a)
@@ -210,6 +219,10 @@ func (c *simCluster) metaStepped(n *hostNode) {
 	ms.top = max(ms.top, cm.Epoch)
 	for _, mv := range cm.Moves {
 		ms.planned[mv.Epoch] = true
+		ms.from[mv.Epoch] = mv.From
+		if mv.AbortWanted {
+			ms.marked[mv.Epoch] = true
+		}
 	}
 	if len(cm.Removed) > 0 {
 		c.retireRemoved(k, cm) // groupop_sim_test.go
@@ -301,7 +314,10 @@ type resumeRun struct {
 	runs   int
 	ok     int
 	deaths int
-	log    []string
+	// rolledBack: take-overs that found the record marked for abort and
+	// rolled the move back (Mover.settle).
+	rolledBack int
+	log        []string
 }
 
 func (r *resumeRun) next(time.Duration) (*kcluster.Mover, moverJob) {
@@ -347,6 +363,9 @@ func (r *resumeRun) kill(time.Duration) bool {
 func (r *resumeRun) afterStep(string) bool { return false }
 
 func (r *resumeRun) done(_ time.Duration, v any, err error) {
+	if errors.Is(err, kcluster.ErrMoveRolledBack) {
+		r.rolledBack++
+	}
 	if err != nil {
 		r.log = append(r.log, fmt.Sprintf("%v: node %d's take-over: %v", r.s.Now(), r.node+1, err))
 		return
@@ -508,6 +527,27 @@ func (c *simCluster) recorded(a int, sl uint16, e kv.SlotEntry) {
 		sl, e.State, c.group[a], a, e.Epoch, ms.top)
 }
 
+// handedOver checks a slot of group g handed over at epoch e (none, with a
+// peer): if g is the source of the move recorded at e and no replica of it
+// applied that hand-over before, the move must not be marked for abort
+// already. Valid where the move's first driver died right after a step
+// (moveOptions.abort with killAfter): nothing it sent can hand the move
+// over after the mark, so only a driver that took a marked record over and
+// drove it forward (instead of settling it: Mover.settle) can.
+func (c *simCluster) handedOver(g uint64, sl uint16, e kv.SlotEntry) {
+	ms := c.meta
+	if ms == nil || !ms.checkAborts || c.ownErr != nil || ms.handed[e.Epoch] {
+		return
+	}
+	if from, ok := ms.from[e.Epoch]; !ok || from != g {
+		return
+	}
+	ms.handed[e.Epoch] = true
+	if ms.marked[e.Epoch] {
+		c.ownErr = fmt.Errorf("slot %d was handed over by group %d at epoch %d after the move was marked for abort before its hand-over (a driver drove a move marked to be rolled back forward)", sl, g, e.Epoch)
+	}
+}
+
 // TestMoveSimMetaCatchesMutations: cluster.MultiMut.PlanAfterHandOver, "the
 // metadata record is written after the hand-over instead of before" (a
 // driver that dies before its hand-over leaves the groups mid-move with no
@@ -544,28 +584,99 @@ func TestMoveSimMetaCatchesMutations(t *testing.T) {
 
 // TestMoveSimMetaAbortAfterEachStep: the mover killed right after each
 // step of the first move, its move recorded, and kefir cluster move-slots
-// --abort run at once (Mover.Abort with the record: it watches the beat for
-// two leases, then claims the move to roll it back) while the metadata
-// leader's resumer watches the same beat to finish it. Two takers of one
-// recorded move, one driving the other way: the claim's compare-and-set
-// lets one win, and every checker must hold whichever does. (The resumer
-// wins at every step here: it watches the beat from its last change, the
-// abort from its own start, so an abort of a recorded move whose driver
-// died is refused — "being driven by node 1 (resumed)" — and the move is
-// finished; docs/design/cluster.md §9.)
+// --abort run at once (Mover.Abort with the record) while the metadata
+// leader's resumer watches the same beat to finish it. The abort claims the
+// record at once with the abort mark (the resumer, which would claim only
+// after two leases of an unmoving beat, then finds it marked, and a take-over
+// of a marked record settles it rather than driving it forward), fences both
+// groups and decides on their tables: before the hand-over it rolls the
+// move back, after it it finishes the move and says it could not roll it
+// back (docs/design/cluster.md §9). Every checker must hold.
 func TestMoveSimMetaAbortAfterEachStep(t *testing.T) {
-	for _, step := range []string{"importing", "migrating", "precopy-page", "precopy", "handover", "finalcopy", "owned"} {
-		t.Run(step, func(t *testing.T) {
+	for _, tc := range []struct{ step, want string }{
+		{"importing", "abort: rolled back"},
+		{"migrating", "abort: rolled back"},
+		{"precopy-page", "abort: rolled back"},
+		{"precopy", "abort: rolled back"},
+		{"handover", "abort: refused: move-slots: abort: the move of"},
+		{"finalcopy", "abort: refused: move-slots: abort: the move of"},
+		{"owned", "abort: refused: move-slots: abort: the move of"},
+	} {
+		t.Run(tc.step, func(t *testing.T) {
 			sim.Explore(t, 1, 1, func(seed uint64, trace io.Writer) error {
 				var sum string
-				if err := moveSim(seed, trace, moveOptions{meta: true, killAfter: step, abort: true}, &sum); err != nil {
+				if err := moveSim(seed, trace, moveOptions{meta: true, killAfter: tc.step, abort: true}, &sum); err != nil {
 					return err
 				}
-				if !strings.Contains(sum, "abort: rolled back") && !strings.Contains(sum, "abort: refused") {
-					return fmt.Errorf("after %s the abort did not run: %s", step, sum)
+				if !strings.Contains(sum, tc.want) {
+					return fmt.Errorf("after %s the abort did not end as %q: %s", tc.step, tc.want, sum)
+				}
+				if strings.Contains(sum, "refused") && !strings.Contains(sum, "it was finished instead") {
+					return fmt.Errorf("after %s the abort was refused without finishing the move: %s", tc.step, sum)
 				}
 				return nil
 			})
+		})
+		// With the nemesis and leader crashes after steps (two seeds): the
+		// abort may fail on the faults (and the move is then resumed),
+		// but never finishes a move stopped before its hand-over, and
+		// every checker holds (handedOver among them).
+		t.Run("faults/"+tc.step, func(t *testing.T) {
+			sim.Explore(t, 1, 2, func(seed uint64, trace io.Writer) error {
+				var sum string
+				if err := moveSim(seed, trace, moveOptions{meta: true, killAfter: tc.step, abort: true, faults: true, leaderCrashes: true}, &sum); err != nil {
+					return err
+				}
+				if !strings.Contains(sum, "abort: ") {
+					return fmt.Errorf("after %s the abort did not run: %s", tc.step, sum)
+				}
+				if strings.Contains(tc.want, "rolled back") && strings.Contains(sum, "it was finished instead") {
+					return fmt.Errorf("after %s the abort finished the move: %s", tc.step, sum)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestMoveSimMetaAbortCatchesMutations: the mover killed after the pre-copy
+// of a recorded move, move-slots --abort run at once and killed right after
+// it claimed the record (marked for abort) and fenced both groups: the
+// metadata leader's resumer takes the marked record over and must settle it
+// as the abort would — roll it back, the hand-over never reached. Clean at
+// seed 1. cluster.MultiMut.IgnoreAbortMark (a take-over drives a marked
+// record forward, its claims unmarked) is caught: the record refuses its
+// claims, the move is never ended. With kv.MapMut.ClaimIgnoresAbortMark too
+// (a marked record takes unmarked claims) the take-over hands the move over
+// and handedOver fires.
+func TestMoveSimMetaAbortCatchesMutations(t *testing.T) {
+	mutation.Require(t)
+	o := moveOptions{meta: true, killAfter: "precopy", abort: true, abortKillAfter: "abort-fenced"}
+	const seed = 1
+	var sum string
+	if err := moveSim(seed, nil, o, &sum); err != nil {
+		t.Fatalf("seed %d fails without a mutation: %v", seed, err)
+	}
+	if !strings.Contains(sum, "abort: died after abort-fenced") || !strings.Contains(sum, "1 rolled back") {
+		t.Fatalf("the abort was not killed after its fence, or the resumer did not roll the move back: %s", sum)
+	}
+	t.Logf("clean: %s", sum)
+	for _, tc := range []struct {
+		name string
+		mut  func(*moveOptions)
+		want string
+	}{
+		{"IgnoreAbortMark", func(o *moveOptions) { o.ignoreMark = true }, "did not finish"},
+		{"IgnoreAbortMark+ClaimIgnoresAbortMark", func(o *moveOptions) { o.ignoreMark, o.markOff = true, true }, "after the move was marked for abort"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mo := o
+			tc.mut(&mo)
+			err := moveSim(seed, nil, mo, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("seed %d: %s not caught by %q: %v", seed, tc.name, tc.want, err)
+			}
+			t.Logf("caught: %s", firstLine(err))
 		})
 	}
 }

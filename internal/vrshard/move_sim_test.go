@@ -317,6 +317,9 @@ func (c *simCluster) stepped(n *hostNode) {
 		if e.State == kv.SlotMigrating || e.State == kv.SlotImporting {
 			c.recorded(int(n.id), uint16(sl), e) // meta_sim_test.go
 		}
+		if e.State == kv.SlotNone && e.Peer != 0 {
+			c.handedOver(n.group, uint16(sl), e) // meta_sim_test.go
+		}
 		if e.State != kv.SlotOwned {
 			continue
 		}
@@ -882,8 +885,18 @@ type moveOptions struct {
 	killAfter string
 	// abort: the move the mover died in (killAfter) is rolled back
 	// (Mover.Abort) instead of resumed; refused past the hand-over, the
-	// move is then resumed.
+	// move is then resumed. With meta, also checked: a move marked for
+	// abort before its hand-over is never handed over (handedOver).
 	abort bool
+	// abortKillAfter kills the abort right after its step of that name
+	// (abort-fenced: the record marked, the groups fenced, nothing rolled
+	// back); whoever takes the record over must settle it.
+	abortKillAfter string
+	// ignoreMark switches cluster.MultiMut.IgnoreAbortMark on (a take-over
+	// of a marked record drives it forward, its claims unmarked); markOff
+	// kv.MapMut.ClaimIgnoresAbortMark (a marked record takes them).
+	// Tests with the mutations tag only.
+	ignoreMark, markOff bool
 	// lossyReplies: the replicas' replies to the clients are lost 30 % of
 	// the time, so that clients send writes that ran again, and some of
 	// those land at the slot's new group (its request marks answer them).
@@ -991,6 +1004,8 @@ type moveRun struct {
 	// ("": none tried).
 	aborting bool
 	abort    string
+	// abortDied: the step the abort was killed after (abortKillAfter).
+	abortDied string
 	// killed: the running mover was killed (kill, afterStep's killAfter).
 	killed bool
 	// keys: the workload's keys a scaled run moves; at: the group each
@@ -1091,12 +1106,15 @@ func (r *moveRun) done(now time.Duration, v any, err error) {
 			return
 		}
 		r.abort = "refused: " + err.Error()
+		if r.abortDied != "" {
+			r.abort = "died after " + r.abortDied
+		}
 	}
 	if err != nil {
 		r.lastErr = err
 		r.failed = append(r.failed, fmt.Sprintf("%v: %v", r.s.Now(), err))
 		r.nextAt = now + 20*time.Millisecond // run again: it resumes from the tables
-		if r.o.meta && r.killed && !(r.o.abort && r.abort == "") {
+		if r.o.meta && (r.killed || r.abortDied != "") && !(r.o.abort && r.abort == "") {
 			// Recorded: the metadata leader's resumer takes the move over
 			// after two leases; the command is run again later, as an
 			// operator reruns it (it finds the move done, or takes it
@@ -1126,7 +1144,13 @@ func (r *moveRun) done(now time.Duration, v any, err error) {
 // destination right after a step (restarted 20-80 ms later); it reports
 // whether the mover dies there (killAfter).
 func (r *moveRun) afterStep(step string) (kill bool) {
-	if r.o.killAfter == step && r.moves == 1 && r.resume == 0 {
+	if r.aborting && r.o.abortKillAfter == step {
+		// The abort dies there (its record marked): whoever takes the
+		// record over next must settle it as the abort would.
+		r.abortDied = step
+		return true
+	}
+	if r.o.killAfter == step && r.moves == 1 && r.resume == 0 && !r.aborting {
 		r.kills++
 		r.killed = true
 		return true
@@ -1276,6 +1300,14 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		kcluster.MultiMut.DoneBeforeCopy.Store(true)
 		defer kcluster.MultiMut.DoneBeforeCopy.Store(false)
 	}
+	if o.ignoreMark {
+		kcluster.MultiMut.IgnoreAbortMark.Store(true)
+		defer kcluster.MultiMut.IgnoreAbortMark.Store(false)
+	}
+	if o.markOff {
+		kv.MapMut.ClaimIgnoresAbortMark = true
+		defer func() { kv.MapMut.ClaimIgnoresAbortMark = false }()
+	}
 	const planEnd = 1600 * time.Millisecond
 	clients, ops := 4, 80
 	w := sim.KV{Keys: 3, Get: 4, Put: 4, CAS: 1, Incr: 1, Delete: 1, Dur: level.Sync}
@@ -1290,6 +1322,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	}
 	if o.meta {
 		cl.addMeta() // meta_sim_test.go
+		cl.meta.checkAborts = o.abort
 	}
 	if o.addGroup {
 		cl.unadded[kcluster.GroupID(groups)] = true // groupop_sim_test.go
@@ -1590,8 +1623,8 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			*summary += "; abort: " + run.abort
 		}
 		if o.meta {
-			*summary += fmt.Sprintf("; %d take-overs by the metadata leader (%d finished, %d died with their node), %d maps applied, %d metadata replicas restarted with an older map",
-				resumes.runs, resumes.ok, resumes.deaths, len(cl.meta.obs), cl.meta.back)
+			*summary += fmt.Sprintf("; %d take-overs by the metadata leader (%d finished, %d rolled back, %d died with their node), %d maps applied, %d metadata replicas restarted with an older map",
+				resumes.runs, resumes.ok, resumes.rolledBack, resumes.deaths, len(cl.meta.obs), cl.meta.back)
 		}
 		if shrink != nil {
 			*summary += fmt.Sprintf("; groups of five to three: %t (%d reconfigurations, %d reruns of the commands, %d replicas retired)",

@@ -54,7 +54,7 @@ func observation(src string, cm *kv.ClusterMap) check.MapObservation {
 // acknowledged write is readable at every node; a node restarted afterwards
 // routes by the new map as soon as it serves.
 func TestGroupsMetadataResumesAMoveWhoseDriverDied(t *testing.T) {
-	metadataResume(t, false)
+	metadataResume(t, false, false)
 }
 
 // The same, and the metadata group's leader is SIGKILLed right after the
@@ -63,10 +63,22 @@ func TestGroupsMetadataResumesAMoveWhoseDriverDied(t *testing.T) {
 // until then it routes by the old one, and the fences send on what that
 // gets wrong).
 func TestGroupsMetadataResumesAfterTheDriverAndTheMetadataLeaderDied(t *testing.T) {
-	metadataResume(t, true)
+	metadataResume(t, true, false)
 }
 
-func metadataResume(t *testing.T, killMetaLeader bool) {
+// The same driver SIGKILLed in its pre-copy, and `kefir cluster move-slots
+// --abort` run at once: it takes the move over at once, marked for abort
+// (the metadata leader's resumer, which would finish the move after two
+// leases, then finds the record marked or gone), fences both groups and
+// rolls the move back — group 1 keeps the slots, every write is readable at
+// every node, the map is at the move's epoch with no move in flight. Before
+// the mark the abort watched the beat for two leases and lost the record to
+// the resumer, which finished the move.
+func TestGroupsMetadataAbortAfterTheDriverDied(t *testing.T) {
+	metadataResume(t, false, true)
+}
+
+func metadataResume(t *testing.T, killMetaLeader, abort bool) {
 	g := cluster.StartGroups(t, 3, twoGroups)
 	g.WaitLeaders(20 * time.Second)
 	var obs []check.MapObservation
@@ -143,6 +155,43 @@ func metadataResume(t *testing.T, killMetaLeader bool) {
 	tab, err := (&kcluster.Mover{Seeds: g.Addrs()}).Table(context.Background(), 1)
 	if err != nil || len(tab) == 0 || tab[0].Start != 0 || tab[0].State != "migrating" {
 		t.Fatalf("the driver was not killed mid-move: group 1's table %+v (%v)", tab, err)
+	}
+	if abort {
+		// The default lease (2 s), the resumer's: an abort that watched
+		// the beat for two of them first would lose to the resumer, whose
+		// watch began at the beat's last change, before the driver died.
+		args := []string{"cluster", "move-slots", "--addr", strings.Join(g.Addrs(), ","), "--from", "1", "--to", "2", "--slots", "0-4095", "--abort"}
+		out, err := exec.Command(cluster.Binary(t), args...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "took over the move at epoch 2") || !strings.Contains(string(out), "marked for abort") ||
+			!strings.Contains(string(out), "rolled back the move of 0-4095 from group 1 to group 2") {
+			t.Fatalf("kefir %v (%v %v after the driver was killed):\n%s", args, err, time.Since(killed).Round(10*time.Millisecond), out)
+		}
+		t.Logf("--abort %v after the driver was killed:\n%s", time.Since(killed).Round(10*time.Millisecond), out)
+		if !testgroup.Until(20*time.Second, 50*time.Millisecond, func() bool {
+			all, maps := observe()
+			for _, cm := range maps {
+				all = all && cm.Epoch == 2 && len(cm.Moves) == 0 && cm.Owner(0) == 1
+			}
+			return all
+		}) {
+			_, maps := observe()
+			t.Fatalf("the map after the abort: %+v", maps)
+		}
+		// Past the resumer's two leases (2 s each): nobody drives the move.
+		time.Sleep(5 * time.Second)
+		for _, n := range g.Nodes {
+			if strings.Contains(n.Logs(), "resuming it") {
+				t.Fatalf("%s's resumer took the aborted move over:\n%s", n.ID, n.Logs())
+			}
+		}
+		if _, maps := observe(); len(maps) == 0 || maps[0].Epoch != 2 || len(maps[0].Moves) != 0 {
+			t.Fatalf("the map after the resumer's leases: %+v", maps)
+		}
+		if v := check.SlotOwners(obs); len(v) != 0 {
+			t.Fatalf("slot ownership across the maps the nodes showed: %v", v)
+		}
+		checkAfterMove(t, g, want, rs, 1, 2)
+		return
 	}
 	var victim *cluster.Node
 	if killMetaLeader {
@@ -322,9 +371,9 @@ func metaCommandAt(g *cluster.Groups, args ...string) resp.Value {
 
 // A move recorded by a driver that died before its first step is rolled
 // back with `kefir cluster move-slots --abort` (which takes the record over
-// once its lease lapsed): the record goes, the map's epoch moves to the
-// move's, the slots stay where they were; the same move then runs and the
-// epoch moves once more.
+// at once, marked for abort, and fences both groups): the record goes, the
+// map's epoch moves to the move's, the slots stay where they were; the same
+// move then runs and the epoch moves once more.
 func TestGroupsMetadataAbortOfARecordedMove(t *testing.T) {
 	g := cluster.StartGroups(t, 3, twoGroups)
 	g.WaitLeaders(20 * time.Second)
