@@ -509,14 +509,11 @@ func ApplyHashTo(get Getter, has Prober, version uint64, op *Op, emit Emit, o Ap
 	// metadata of any op whose rows it holds, and a replay that finds only
 	// that record reads the generation from it (ReplayReadsOwnRecord).
 	//
-	// Each kind in a function of its own: in one function of every kind
-	// the HSET's few steps compiled to spills around a frame of ~1.6 KB,
-	// and the append of its one row alone was ~45 instructions
-	// (docs/design/hashes.md, "Pipelined, session 25").
 	// Each kind in a function of its own, writing its result in place (a
 	// Result is 96 bytes, and each return copied it): in one function of
 	// every kind the HSET's few steps compiled to spills around a frame of
-	// ~1.6 KB.
+	// ~1.6 KB, and the append of its one row alone was ~45 instructions
+	// (docs/design/hashes.md, "Pipelined, session 25").
 	switch op.Kind {
 	case KindHSet:
 		return h.set(get, has, version, op, emit, o, res)
