@@ -471,7 +471,7 @@ func ApplyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, o Appl
 // instructions of a pipelined HSET (docs/design/hashes.md, "Pipelined,
 // session 28"). The lock gate and the evaluation are one function, and an
 // HSET skips the checks of the other kinds: the call past the gate and
-// those checks were ~40 instructions of a pipelined HSET
+// those checks were ~20 instructions of a pipelined HSET
 // (docs/design/hashes.md, "Pipelined, session 31").
 func ApplyHashTo(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions, res *Result) (err error) {
 	if !o.NoTxLocks {
