@@ -6,7 +6,7 @@
 # them — run each binary twice or more. Use it for A/B
 # runs of two builds, and for "which function grew" (the per-function difference).
 #
-# Usage: bench/instr-ab.sh [-t TEST] [-n REQUESTS] [-P PIPELINE] [-r KEYSPACE] [-F] [-p PORT] [-d DURABILITY] BIN [BIN2]
+# Usage: bench/instr-ab.sh [-t TEST] [-n REQUESTS] [-P PIPELINE] [-r KEYSPACE] [-F] [-Q] [-p PORT] [-d DURABILITY] BIN [BIN2]
 #   TEST: a redis-benchmark test (set, get, hset, ...; default set), or hget (HGET myhash
 #   element:__rand_int__, as bench/hash-vs-redis.sh runs it). get and hget read a key
 #   (and field) written before the run, as redis-benchmark's own keys (without -r).
@@ -15,6 +15,10 @@
 #   fields: a get then mostly hits, an hset mostly overwrites), and subtract what a run of the
 #   fill alone counts (each binary runs twice).
 #   Counts miss what memory stalls cost: a large keyspace's cache misses are not instructions.
+#   -Q: Kefir without its time-driven background (--compact-interval, --checkpoint-interval
+#   and --active-expiry all -1s): under valgrind a run lasts long enough for a compaction or
+#   a checkpoint to land in one binary's run and not the other's, thousands of instructions a
+#   request, and the expiry sampler's walk moves a count by ±150 from run to run.
 #   BIN:  a kefir binary, or the word "redis" for redis-server (appendonly no).
 #   With two binaries it prints both counts, their ratio, and the functions whose
 #   instruction counts differ by more than 0.2 % of the first's total (main module only).
@@ -30,15 +34,16 @@
 # (GODEBUG=asyncpreemptoff=1: callgrind and cachegrind do not survive its signals).
 set -euo pipefail
 
-TEST=set N=100000 PIPE=16 PORT=27650 DUR=async RAND=0 FILL=0
-while getopts "t:n:P:r:p:d:F" o; do
+TEST=set N=100000 PIPE=16 PORT=27650 DUR=async RAND=0 FILL=0 QUIET=()
+while getopts "t:n:P:r:p:d:FQ" o; do
   case $o in
     t) TEST=$OPTARG ;; n) N=$OPTARG ;; P) PIPE=$OPTARG ;; r) RAND=$OPTARG ;; p) PORT=$OPTARG ;; d) DUR=$OPTARG ;; F) FILL=1 ;;
-    *) sed -n '2,30p' "$0"; exit 2 ;;
+    Q) QUIET=(--compact-interval=-1s --checkpoint-interval=-1s --active-expiry=-1s) ;;
+    *) sed -n '2,34p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { sed -n '2,30p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,34p' "$0"; exit 2; }
 for t in valgrind cg_annotate redis-benchmark redis-cli; do
   command -v $t >/dev/null || { echo "instr-ab: $t not found (apt-get install valgrind redis-tools)" >&2; exit 2; }
 done
@@ -69,7 +74,7 @@ run() {
   else
     GODEBUG=asyncpreemptoff=1 valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file="$out" \
       "$bin" server --client-addr 127.0.0.1:"$PORT" --peer-addr "" --http-addr "" --dir "$dir" \
-      --durability "$DUR" >"$out.log" 2>&1 &
+      --durability "$DUR" "${QUIET[@]}" >"$out.log" 2>&1 &
   fi
   local pid=$!
   for _ in $(seq 600); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done

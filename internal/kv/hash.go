@@ -469,7 +469,10 @@ func ApplyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, o Appl
 // own Result, where each return of the 96-byte Result (ApplyHash's, then
 // the writer's apply's, then its assignment) copied it once more, ~40
 // instructions of a pipelined HSET (docs/design/hashes.md, "Pipelined,
-// session 28").
+// session 28"). The lock gate and the evaluation are one function, and an
+// HSET skips the checks of the other kinds: the call past the gate and
+// those checks were ~20 instructions of a pipelined HSET
+// (docs/design/hashes.md, "Pipelined, session 31").
 func ApplyHashTo(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions, res *Result) (err error) {
 	if !o.NoTxLocks {
 		if r, err, locked := txLockGate(get, op); locked {
@@ -477,28 +480,14 @@ func ApplyHashTo(get Getter, has Prober, version uint64, op *Op, emit Emit, o Ap
 			return err
 		}
 	}
-	return applyHashTo(get, has, version, op, emit, o, res)
-}
-
-// applyHash is ApplyHash past the lock gate (its callers in this package
-// passed it).
-func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions) (Result, error) {
-	var res Result
-	err := applyHashTo(get, has, version, op, emit, o, &res)
-	return res, err
-}
-
-// applyHashTo is applyHash with its result written in *res (zero on
-// entry), not returned: ApplyHash's return of applyHash's 96-byte Result
-// copied it once more, ~40 instructions of a pipelined HSET
-// (docs/design/hashes.md, "Pipelined, session 26").
-func applyHashTo(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions, res *Result) (err error) {
-	if !isHashWrite(op.Kind) {
-		return fmt.Errorf("%w: %v is not a hash write", ErrInvalidOp, op.Kind)
-	}
-	if op.Kind == KindHSweep {
-		*res, err = applyHashSweep(get, version, op, emit)
-		return err
+	if op.Kind != KindHSet {
+		if !isHashWrite(op.Kind) {
+			return fmt.Errorf("%w: %v is not a hash write", ErrInvalidOp, op.Kind)
+		}
+		if op.Kind == KindHSweep {
+			*res, err = applyHashSweep(get, version, op, emit)
+			return err
+		}
 	}
 	if err := CheckKey(op.Key); err != nil {
 		return err
@@ -520,14 +509,11 @@ func applyHashTo(get Getter, has Prober, version uint64, op *Op, emit Emit, o Ap
 	// metadata of any op whose rows it holds, and a replay that finds only
 	// that record reads the generation from it (ReplayReadsOwnRecord).
 	//
-	// Each kind in a function of its own: in one function of every kind
-	// the HSET's few steps compiled to spills around a frame of ~1.6 KB,
-	// and the append of its one row alone was ~45 instructions
-	// (docs/design/hashes.md, "Pipelined, session 25").
 	// Each kind in a function of its own, writing its result in place (a
 	// Result is 96 bytes, and each return copied it): in one function of
 	// every kind the HSET's few steps compiled to spills around a frame of
-	// ~1.6 KB.
+	// ~1.6 KB, and the append of its one row alone was ~45 instructions
+	// (docs/design/hashes.md, "Pipelined, session 25").
 	switch op.Kind {
 	case KindHSet:
 		return h.set(get, has, version, op, emit, o, res)
@@ -536,6 +522,15 @@ func applyHashTo(get Getter, has Prober, version uint64, op *Op, emit Emit, o Ap
 	default: // KindHIncrBy, KindHIncrByFloat
 		return h.incr(get, version, op, emit, o, res)
 	}
+}
+
+// applyHash is ApplyHash past the lock gate (its callers in this package
+// passed it).
+func applyHash(get Getter, has Prober, version uint64, op *Op, emit Emit, o ApplyOptions) (Result, error) {
+	o.NoTxLocks = true
+	var res Result
+	err := ApplyHashTo(get, has, version, op, emit, o, &res)
+	return res, err
 }
 
 // set is HSET, HMSET (op.Delta 1: answers OK) and HSETNX (op.Cond
