@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"context"
+	"net"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
 )
@@ -118,5 +121,32 @@ func TestPlanReplacePlaced(t *testing.T) {
 	cm5 := &kv.ClusterMap{Epoch: 1, Nodes: nodes(1, 2, 3, 4), Groups: []kv.MapGroup{{ID: 1, Members: []uint64{2, 3, 4}}}}
 	if _, err := PlanReplacePlaced(cm5, 1, all); err == nil || !strings.Contains(err.Error(), "member of no data group") {
 		t.Errorf("metadata only: %v", err)
+	}
+}
+
+// Placement's liveness (Mover.Ping) answers within RetryFor even when the
+// node accepts the connection and never answers (a SIGSTOPped process:
+// the kernel completes the handshake), not after the round trip's 10 s.
+func TestPingAnswersWithinRetryFor(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	mv := &Mover{Seeds: []string{ln.Addr().String()}, RetryFor: 300 * time.Millisecond}
+	defer mv.Close()
+	start := time.Now()
+	err = mv.Ping(context.Background())
+	if took := time.Since(start); err == nil || took > 3*time.Second {
+		t.Fatalf("PING of a node that never answers: %v after %v, want an error within about RetryFor", err, took)
 	}
 }
