@@ -834,8 +834,8 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 		live := liveNodes(ctx, mv, cm, old)
 		plan, err = cluster.PlanReplacePlaced(cm, old, func(id uint64) bool { return live[id] })
 		for _, ch := range plan {
-			if err == nil {
-				fmt.Fprintf(stderr, "kefir cluster: placing node %d's replica of %s on node %d\n", old, groupName(ch.Group), placedOn(cm, ch, old))
+			if on := placedOn(cm, ch, old); err == nil && on != 0 {
+				fmt.Fprintf(stderr, "kefir cluster: placing node %d's replica of %s on node %d\n", old, groupName(ch.Group), on)
 			}
 		}
 	}
@@ -1007,8 +1007,11 @@ func groupName(g cluster.GroupID) string {
 
 // placedOn is the node a placed change ch puts in old's place.
 func placedOn(cm *kv.ClusterMap, ch cluster.GroupChange, old uint64) uint64 {
-	if ch.Chain && len(ch.Join) > 0 {
-		return ch.Join[0]
+	if ch.Chain {
+		if len(ch.Join) > 0 {
+			return ch.Join[0]
+		}
+		return 0 // a rerun after the join: old only leaves
 	}
 	was := groupMembersOf(cm, ch.Group)
 	if i := slices.Index(was, old); i >= 0 && i < len(ch.Members) {

@@ -883,8 +883,16 @@ func (mv *Mover) after(step string) {
 
 // Ping reports whether the node at mv's first seed answers PING within
 // RetryFor: a node of the map that placement may choose
-// (PlanReplacePlaced) is one that is up.
+// (PlanReplacePlaced) is one that is up. The whole call is bounded by
+// RetryFor (when set), not only its retries: a node that accepts the
+// connection and never answers (a stopped process) would otherwise hold
+// it for the round trip's 10 s.
 func (mv *Mover) Ping(ctx context.Context) error {
+	if mv.RetryFor > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, mv.RetryFor)
+		defer cancel()
+	}
 	_, err := mv.do(ctx, "PING")
 	return err
 }

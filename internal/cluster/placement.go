@@ -28,7 +28,9 @@ import (
 // wrong before anything changes: old not a node of the map, a member of the
 // metadata group only, or a group no live node can join (add a node, or
 // name it with --new). A rerun plans the groups that still have old: none
-// once it is done (an empty plan, no error).
+// once it is done (an empty plan, no error); a chain the map wants old out
+// of already (old in its Leaving: an earlier run's wish under way) keeps
+// that wish's joiners rather than choosing another.
 func PlanReplacePlaced(cm *kv.ClusterMap, old uint64, live func(id uint64) bool) ([]GroupChange, error) {
 	if !slices.ContainsFunc(cm.Nodes, func(n kv.MapNode) bool { return n.ID == old }) {
 		return nil, fmt.Errorf("node %d is not a node of the cluster map (epoch %d)", old, cm.Epoch)
@@ -54,6 +56,17 @@ func PlanReplacePlaced(cm *kv.ClusterMap, old uint64, live func(id uint64) bool)
 	var out []GroupChange
 	for _, g := range groups {
 		if !slices.Contains(g.Members, old) {
+			continue
+		}
+		if g.IsChain() && slices.Contains(g.Leaving, old) {
+			// The map wants old out of the chain already: a rerun while
+			// its master carries out the wish an earlier run recorded
+			// (a join that outlasts the command's --timeout). Its
+			// joiners are the nodes chosen then; choosing again would add
+			// a second, as a wish adds its joiners to those under way
+			// (kv.chainWant). The wish as it is: a no-op, then a wait.
+			ch, _ := planChain(g, g.Joining, []uint64{old})
+			out = append(out, ch)
 			continue
 		}
 		meta := g.ID == uint64(MetaGroupID)

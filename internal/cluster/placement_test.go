@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"context"
+	"net"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
 )
@@ -77,6 +80,35 @@ func TestPlanReplacePlaced(t *testing.T) {
 		!slices.Equal(plan[0].Members, []uint64{2, 1, 3}) {
 		t.Fatalf("chain: %+v %v", plan, err)
 	}
+	// A rerun while the chain's master carries out the first run's wish
+	// (node 1 still joining, 4 leaving but not yet failed: a join longer
+	// than the command's --timeout): the wish as it is, not a second
+	// joiner (the map adds a wish's joiners to those under way: the chain
+	// would grow by two nodes).
+	cm3r := &kv.ClusterMap{Epoch: 3, Nodes: nodes(1, 2, 3, 4, 5),
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}}, {ID: 2, Members: []uint64{2, 4, 3}, Joining: []uint64{1}, Leaving: []uint64{4}, Engine: kv.EngineChain}}}
+	plan, err = PlanReplacePlaced(cm3r, 4, all)
+	if err != nil || len(plan) != 1 || !plan[0].Chain || !slices.Equal(plan[0].Join, []uint64{1}) || !slices.Equal(plan[0].Leave, []uint64{4}) ||
+		!slices.Equal(plan[0].Members, []uint64{2, 1, 3}) {
+		t.Fatalf("chain, a rerun mid-join: %+v %v", plan, err)
+	}
+	// The join done, 4 not yet failed: nothing joins again.
+	cm3r.Groups[1].Members, cm3r.Groups[1].Joining = []uint64{2, 4, 1, 3}, nil
+	plan, err = PlanReplacePlaced(cm3r, 4, all)
+	if err != nil || len(plan) != 1 || len(plan[0].Join) != 0 || !slices.Equal(plan[0].Leave, []uint64{4}) ||
+		!slices.Equal(plan[0].Members, []uint64{2, 1, 3}) {
+		t.Fatalf("chain, a rerun after the join: %+v %v", plan, err)
+	}
+	// The metadata group never takes a node in no data group, though it
+	// hosts the fewest: node 6 left chain 1 (its member retired), so
+	// group 1 cannot take it; the metadata group [1 2 3] takes 4, not 6.
+	cm6 := &kv.ClusterMap{Epoch: 2, Nodes: nodes(1, 2, 3, 4, 6),
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 4}, Leaving: []uint64{6}, Engine: kv.EngineChain}, {ID: 2, Members: []uint64{2, 3, 4}}}}
+	plan, err = PlanReplacePlaced(cm6, 1, all)
+	if err != nil || len(plan) != 2 || !slices.Equal(plan[0].Join, []uint64{3}) ||
+		plan[1].Group != MetaGroupID || !slices.Equal(plan[1].Members, []uint64{4, 2, 3}) {
+		t.Fatalf("metadata group, a node of no data group: %+v %v", plan, err)
+	}
 	// Not a node: refused; in no group (a rerun once done): nothing to do.
 	cm4 := &kv.ClusterMap{Epoch: 1, Nodes: nodes(1, 2, 3, 4, 5), Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}}}}
 	if _, err := PlanReplacePlaced(cm4, 9, all); err == nil || !strings.Contains(err.Error(), "node 9 is not a node") {
@@ -89,5 +121,32 @@ func TestPlanReplacePlaced(t *testing.T) {
 	cm5 := &kv.ClusterMap{Epoch: 1, Nodes: nodes(1, 2, 3, 4), Groups: []kv.MapGroup{{ID: 1, Members: []uint64{2, 3, 4}}}}
 	if _, err := PlanReplacePlaced(cm5, 1, all); err == nil || !strings.Contains(err.Error(), "member of no data group") {
 		t.Errorf("metadata only: %v", err)
+	}
+}
+
+// Placement's liveness (Mover.Ping) answers within RetryFor even when the
+// node accepts the connection and never answers (a SIGSTOPped process:
+// the kernel completes the handshake), not after the round trip's 10 s.
+func TestPingAnswersWithinRetryFor(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	mv := &Mover{Seeds: []string{ln.Addr().String()}, RetryFor: 300 * time.Millisecond}
+	defer mv.Close()
+	start := time.Now()
+	err = mv.Ping(context.Background())
+	if took := time.Since(start); err == nil || took > 3*time.Second {
+		t.Fatalf("PING of a node that never answers: %v after %v, want an error within about RetryFor", err, took)
 	}
 }
