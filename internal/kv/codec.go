@@ -26,6 +26,20 @@ import (
 // ErrCorrupt: bytes that do not decode as the codec's format.
 var ErrCorrupt = errors.New("kv: undecodable")
 
+// MaxOpLen bounds the length of op's encoding (AppendOp): a caller sizes
+// its buffer once rather than growing it field by field (a 128-byte SET
+// into an empty slice took five allocations).
+func MaxOpLen(op *Op) int {
+	const v = binary.MaxVarintLen64
+	// kind, flags | delta | key, value, expected (length + bytes) | nkeys |
+	// now, expire-at, ttl
+	n := 2 + v + 3*v + len(op.Key) + len(op.Value) + len(op.Expected) + v + 2*v + 1
+	for _, k := range op.Keys {
+		n += binary.MaxVarintLen64 + len(k)
+	}
+	return n
+}
+
 // AppendOp appends the encoding of op to b.
 func AppendOp(b []byte, op *Op) []byte {
 	flags := byte(op.Cond) & 3

@@ -334,8 +334,14 @@ func TestOpCodecRoundTrip(t *testing.T) {
 		{Kind: KindMSet, Keys: keys("a", "1", "b", "")},
 		{Kind: KindDel, Keys: keys("a", "b")},
 		{Kind: KindAppend, Key: b("k"), Value: bytes.Repeat(b("x"), 300)},
+		// Every field set, the integers at their longest varints.
+		{Kind: KindSet, Key: b("k"), Value: b("v"), Expected: b("e"), Keys: keys("a"), Delta: math.MinInt64,
+			Now: math.MinInt64, ExpireAt: math.MinInt64, TTL: 1},
 	} {
 		enc := AppendOp(nil, &op)
+		if len(enc) > MaxOpLen(&op) {
+			t.Errorf("%v: encoded in %d bytes, MaxOpLen says at most %d", op.Kind, len(enc), MaxOpLen(&op))
+		}
 		got, err := DecodeOp(enc)
 		if err != nil {
 			t.Fatalf("%v: %v", op.Kind, err)
