@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 )
 
 // The codec of writes and their outcomes, for whoever stores or ships them:
@@ -26,19 +27,35 @@ import (
 // ErrCorrupt: bytes that do not decode as the codec's format.
 var ErrCorrupt = errors.New("kv: undecodable")
 
-// MaxOpLen bounds the length of op's encoding (AppendOp): a caller sizes
-// its buffer once rather than growing it field by field (a 128-byte SET
-// into an empty slice took five allocations).
-func MaxOpLen(op *Op) int {
-	const v = binary.MaxVarintLen64
-	// kind, flags | delta | key, value, expected (length + bytes) | nkeys |
-	// now, expire-at, ttl
-	n := 2 + v + 3*v + len(op.Key) + len(op.Value) + len(op.Expected) + v + 2*v + 1
+// OpLen is the length of op's encoding (AppendOp): a caller sizes its
+// buffer once rather than growing it field by field (a 128-byte SET into an
+// empty slice took five allocations), and no larger than it needs (a log
+// keeps the buffer).
+func OpLen(op *Op) int {
+	n := 2 + VarintLen(op.Delta) + BytesLen(op.Key) + BytesLen(op.Value) + BytesLen(op.Expected) + UvarintLen(uint64(len(op.Keys)))
 	for _, k := range op.Keys {
-		n += binary.MaxVarintLen64 + len(k)
+		n += BytesLen(k)
+	}
+	if op.Now != 0 || op.ExpireAt != 0 || op.TTL != 0 {
+		n += VarintLen(op.Now) + VarintLen(op.ExpireAt) + 1
 	}
 	return n
 }
+
+// UvarintLen is the length of x's encoding by binary.AppendUvarint.
+func UvarintLen(x uint64) int { return max(1, (bits.Len64(x)+6)/7) }
+
+// VarintLen is the length of x's encoding by binary.AppendVarint.
+func VarintLen(x int64) int {
+	ux := uint64(x) << 1
+	if x < 0 {
+		ux = ^ux
+	}
+	return UvarintLen(ux)
+}
+
+// BytesLen is the length of b's encoding by AppendBytes.
+func BytesLen(b []byte) int { return UvarintLen(uint64(len(b))) + len(b) }
 
 // AppendOp appends the encoding of op to b.
 func AppendOp(b []byte, op *Op) []byte {

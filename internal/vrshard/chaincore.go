@@ -166,7 +166,7 @@ const chainSeqBits = 40
 // number, then the host's operation bytes. Every member rebuilds the client
 // table from it.
 func appendChainOp(b []byte, req core.Request) []byte {
-	b = slices.Grow(b, 2*binary.MaxVarintLen64+len(req.Data))
+	b = slices.Grow(b, kv.UvarintLen(req.Client)+kv.UvarintLen(req.ReqNum)+len(req.Data))
 	b = binary.AppendUvarint(b, req.Client)
 	b = binary.AppendUvarint(b, req.ReqNum)
 	return append(b, req.Data...)

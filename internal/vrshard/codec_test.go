@@ -71,7 +71,7 @@ func FuzzDecodeOp(f *testing.F) {
 }
 
 // TestWritePathAllocs: the encodings a write goes through on its way into
-// a chain's log take one allocation each (sized once: kv.MaxOpLen), and
+// a chain's log take one allocation each (sized once, exactly: kv.OpLen), and
 // asking a SET for the keys it writes takes none when the caller keeps
 // none of them (kv.Op.WrittenKeys inlines) — each was several per write on
 // a memory chain's SET path (docs/design/chain.md, A6).
