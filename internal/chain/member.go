@@ -315,7 +315,10 @@ type Member struct {
 	pullDue       bool
 
 	out []Msg
-	mut mutations
+	// spare: the slice ReadyReuse handed out last, whose storage the next
+	// ReadyReuse takes for the messages after it.
+	spare []Msg
+	mut   mutations
 }
 
 // NewMember returns a member: Active in the initial chain cfg.Members, or an
@@ -369,6 +372,19 @@ func neighbours(list []NodeID, id NodeID) (pred, succ NodeID) {
 func (m *Member) Ready() []Msg {
 	out := m.out
 	m.out = nil
+	return out
+}
+
+// ReadyReuse is Ready for a caller done with the messages it returns
+// before its next call of ReadyReuse: the member collects the messages
+// after them in the storage of the ones the previous call returned (two
+// buffers, in turn). A host driving the member takes one batch per round,
+// and at a head every client update adds a message (its update-ack to the
+// master): the outbox grew from nothing, copying, every round.
+func (m *Member) ReadyReuse() []Msg {
+	out := m.out
+	clear(m.spare) // the caller is done with them: keep no payloads alive
+	m.out, m.spare = m.spare[:0], out
 	return out
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 )
 
 // The codec of writes and their outcomes, for whoever stores or ships them:
@@ -25,6 +26,36 @@ import (
 
 // ErrCorrupt: bytes that do not decode as the codec's format.
 var ErrCorrupt = errors.New("kv: undecodable")
+
+// OpLen is the length of op's encoding (AppendOp): a caller sizes its
+// buffer once rather than growing it field by field (a 128-byte SET into an
+// empty slice took five allocations), and no larger than it needs (a log
+// keeps the buffer).
+func OpLen(op *Op) int {
+	n := 2 + VarintLen(op.Delta) + BytesLen(op.Key) + BytesLen(op.Value) + BytesLen(op.Expected) + UvarintLen(uint64(len(op.Keys)))
+	for _, k := range op.Keys {
+		n += BytesLen(k)
+	}
+	if op.Now != 0 || op.ExpireAt != 0 || op.TTL != 0 {
+		n += VarintLen(op.Now) + VarintLen(op.ExpireAt) + 1
+	}
+	return n
+}
+
+// UvarintLen is the length of x's encoding by binary.AppendUvarint.
+func UvarintLen(x uint64) int { return max(1, (bits.Len64(x)+6)/7) }
+
+// VarintLen is the length of x's encoding by binary.AppendVarint.
+func VarintLen(x int64) int {
+	ux := uint64(x) << 1
+	if x < 0 {
+		ux = ^ux
+	}
+	return UvarintLen(ux)
+}
+
+// BytesLen is the length of b's encoding by AppendBytes.
+func BytesLen(b []byte) int { return UvarintLen(uint64(len(b))) + len(b) }
 
 // AppendOp appends the encoding of op to b.
 func AppendOp(b []byte, op *Op) []byte {

@@ -334,8 +334,18 @@ func TestOpCodecRoundTrip(t *testing.T) {
 		{Kind: KindMSet, Keys: keys("a", "1", "b", "")},
 		{Kind: KindDel, Keys: keys("a", "b")},
 		{Kind: KindAppend, Key: b("k"), Value: bytes.Repeat(b("x"), 300)},
+		// Every field set, the integers at their longest varints, and at
+		// the lengths where a varint takes another byte.
+		{Kind: KindSet, Key: b("k"), Value: b("v"), Expected: b("e"), Keys: keys("a"), Delta: math.MinInt64,
+			Now: math.MinInt64, ExpireAt: math.MaxInt64, TTL: 1},
+		{Kind: KindSet, Key: bytes.Repeat(b("k"), 127), Value: bytes.Repeat(b("v"), 128), Delta: -64, Now: 63, ExpireAt: -65},
+		{Kind: KindSet, Key: b("k"), Value: bytes.Repeat(b("v"), 16384), Delta: 64, TTL: 2},
+		{Kind: KindMSet, Keys: [][]byte{bytes.Repeat(b("a"), 16383), b("1")}, Now: 1},
 	} {
 		enc := AppendOp(nil, &op)
+		if len(enc) != OpLen(&op) {
+			t.Errorf("%v: encoded in %d bytes, OpLen says %d", op.Kind, len(enc), OpLen(&op))
+		}
 		got, err := DecodeOp(enc)
 		if err != nil {
 			t.Fatalf("%v: %v", op.Kind, err)

@@ -218,14 +218,32 @@ func IsReserved(key []byte) bool { return bytes.HasPrefix(key, ReservedPrefix) }
 // WrittenKeys returns the keys op writes (or may write: a conditional write
 // that turns out to write nothing is counted). DEL's keys count too. A flush
 // writes every key and names none: see WritesAll.
+//
+// Small enough to inline: the one-key slice of the common writes is then
+// the caller's, on its stack when it keeps none of it (every write's path
+// asks two or three times).
 func (op *Op) WrittenKeys() [][]byte {
-	switch op.Kind {
-	case KindSet, KindIncrBy, KindGetSet, KindAppend, KindCAS, KindExpire, KindPersist, KindGetEx,
-		KindGetDel, KindSetRange, KindIncrByFloat, KindSetBit, KindBitField,
-		KindHSet, KindHDel, KindHIncrBy, KindHIncrByFloat:
-		// A hash write names its user key only: it always rewrites the
-		// metadata record there (hash.go), and its field rows are reserved.
+	if writesKey[op.Kind] {
 		return [][]byte{op.Key}
+	}
+	return op.writtenKeys()
+}
+
+// writesKey: the kinds that write exactly their Key. A hash write names its
+// user key only: it always rewrites the metadata record there (hash.go),
+// and its field rows are reserved.
+var writesKey = func() (t [256]bool) {
+	for _, k := range []Kind{KindSet, KindIncrBy, KindGetSet, KindAppend, KindCAS, KindExpire, KindPersist, KindGetEx,
+		KindGetDel, KindSetRange, KindIncrByFloat, KindSetBit, KindBitField,
+		KindHSet, KindHDel, KindHIncrBy, KindHIncrByFloat} {
+		t[k] = true
+	}
+	return t
+}()
+
+// writtenKeys is WrittenKeys of the other kinds.
+func (op *Op) writtenKeys() [][]byte {
+	switch op.Kind {
 	case KindRename:
 		return op.Keys
 	case KindCopy:

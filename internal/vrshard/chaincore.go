@@ -166,6 +166,7 @@ const chainSeqBits = 40
 // number, then the host's operation bytes. Every member rebuilds the client
 // table from it.
 func appendChainOp(b []byte, req core.Request) []byte {
+	b = slices.Grow(b, kv.UvarintLen(req.Client)+kv.UvarintLen(req.ReqNum)+len(req.Data))
 	b = binary.AppendUvarint(b, req.Client)
 	b = binary.AppendUvarint(b, req.ReqNum)
 	return append(b, req.Data...)
@@ -826,7 +827,7 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 	if len(c.lastHand) > 0 {
 		panic("chain core: Ready before Advance")
 	}
-	for _, m := range c.m.Ready() {
+	for _, m := range c.m.ReadyReuse() {
 		switch {
 		case m.Type == chain.MsgPersist:
 			// The host persists every entry it is handed (below).
@@ -882,6 +883,7 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 		c.truncate = nil
 	}
 	if bn+len(hist) > c.written {
+		c.out.Entries = slices.Grow(c.out.Entries, bn+len(hist)-c.written)
 		for i := c.written - bn; i < len(hist); i++ {
 			e, err := chainEntry(uint64(bn+i+1), hist[i])
 			if err != nil {
@@ -936,6 +938,9 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 		}
 		c.batches = append(c.batches, [2]uint64{c.seq, last})
 	}
+	if committed > c.handed {
+		c.out.Committed = slices.Grow(c.out.Committed, committed-c.handed)
+	}
 	for i := c.handed; i < committed; i++ {
 		// The host applies its operation, not the log's encoding of it.
 		h := hist[i-bn]
@@ -975,6 +980,9 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 
 func (c *chainCore) Advance(results [][]byte) {
 	head := c.isHead()
+	if head {
+		c.out.Replies = slices.Grow(c.out.Replies, len(c.lastHand))
+	}
 	for i, cm := range c.lastHand {
 		if cm.Client == 0 {
 			continue

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/kefirdb/kefir/internal/kv"
 )
@@ -47,6 +48,7 @@ func appendBytes(b, s []byte) []byte { return kv.AppendBytes(b, s) }
 // encodeOp appends the encoding of a write to b: the header, then the op
 // (kv.AppendOp).
 func encodeOp(b []byte, h header, op *kv.Op) []byte {
+	b = slices.Grow(b, 1+kv.UvarintLen(h.proposer)+kv.UvarintLen(h.seq)+kv.VarintLen(h.ts)+kv.OpLen(op))
 	b = append(b, dataFormat)
 	b = binary.AppendUvarint(b, h.proposer)
 	b = binary.AppendUvarint(b, h.seq)

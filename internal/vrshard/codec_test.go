@@ -1,10 +1,12 @@
 package vrshard
 
 import (
+	"bytes"
 	"errors"
 	"reflect"
 	"testing"
 
+	"github.com/kefirdb/kefir/internal/core"
 	"github.com/kefirdb/kefir/internal/kv"
 )
 
@@ -66,4 +68,30 @@ func FuzzDecodeOp(f *testing.F) {
 			t.Fatalf("re-encoding of a decoded op fails: %v", err)
 		}
 	})
+}
+
+// TestWritePathAllocs: the encodings a write goes through on its way into
+// a chain's log take one allocation each (sized once, exactly: kv.OpLen), and
+// asking a SET for the keys it writes takes none when the caller keeps
+// none of them (kv.Op.WrittenKeys inlines) — each was several per write on
+// a memory chain's SET path (docs/design/chain.md, A6).
+func TestWritePathAllocs(t *testing.T) {
+	op := kv.Op{Kind: kv.KindSet, Key: []byte("key:000123"), Value: bytes.Repeat([]byte("v"), 128), Now: 1700000000000}
+	h := header{proposer: 3, seq: 1 << 40, ts: 1700000000000000000}
+	var data []byte
+	if n := testing.AllocsPerRun(100, func() { data = encodeOp(nil, h, &op) }); n != 1 {
+		t.Errorf("encodeOp of a 128-byte SET: %v allocations, want 1", n)
+	}
+	req := core.Request{Client: 1 << 62, ReqNum: 1 << 62, Data: data}
+	if n := testing.AllocsPerRun(100, func() { data = appendChainOp(nil, req) }); n != 1 {
+		t.Errorf("appendChainOp: %v allocations, want 1", n)
+	}
+	sum := 0
+	if n := testing.AllocsPerRun(100, func() {
+		for _, k := range op.WrittenKeys() {
+			sum += len(k)
+		}
+	}); n != 0 {
+		t.Errorf("WrittenKeys of a SET: %v allocations, want 0", n)
+	}
 }

@@ -596,9 +596,13 @@ type proposal struct {
 	trAt traceStamp
 	req  vr.Request
 	seq  uint64 // local seq (client 0 only)
-	res  kv.Result
-	err  error
-	wait *batchWait
+	// alone holds this proposal: waitID's slice for its request id when it
+	// is the only one waiting for it (almost always; a second one appends
+	// to a new slice).
+	alone [1]*proposal
+	res   kv.Result
+	err   error
+	wait  *batchWait
 	// txDone closes when a proposed EXEC or transaction commit fails, or
 	// once it is applied and R covers it (deferTx): what a transaction
 	// held behind it, or a fresh first read, waits for (txwait.go). A
@@ -1680,7 +1684,12 @@ func (r *Replica) propose(ps []*proposal) {
 		}
 		if p.req.Client != 0 {
 			k := idKey{p.req.Client, p.req.ReqNum}
-			r.waitID[k] = append(r.waitID[k], p)
+			if w, ok := r.waitID[k]; ok {
+				r.waitID[k] = append(w, p)
+			} else {
+				p.alone[0] = p
+				r.waitID[k] = p.alone[:] // no slice of its own to allocate
+			}
 		} else {
 			r.waitLocal[p.seq] = p
 		}
@@ -2025,6 +2034,9 @@ func (r *Replica) handle(rd *core.Ready[peerMsg], urgent bool) error {
 		}
 		for _, p := range ps {
 			if !p.blind && r.mustPark(rep.Op) || r.parkDurable(p, rep.Op) {
+				// The closure's own copies: captured, res and opErr
+				// themselves would be on the heap for every reply.
+				res, opErr := res, opErr
 				r.parked = append(r.parked, parkedReply{op: rep.Op, p: p, fin: func() { p.finish(res, opErr) }, durable: p.durable})
 				continue
 			}

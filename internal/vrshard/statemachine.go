@@ -52,6 +52,12 @@ type applier struct {
 	curKind kv.Kind
 	// hasFn is has as a kv.Prober, made once (a method value per op allocates).
 	hasFn kv.Prober
+	// stageFn is stage as a kv.Emit, made once for the same reason (a
+	// closure over the op's version and timestamp was one allocation per
+	// op); eval sets the version and timestamp it stamps.
+	stageFn kv.Emit
+	stageV  uint64
+	stageTS int64
 	// probeKey is the key has last asked the engine about (storage.DB.Probe)
 	// and probeHint its hint: eval gives the hint to the record of that same
 	// key (the same bytes: a hash write probes a row's key, then stages it),
@@ -131,9 +137,18 @@ type applier struct {
 // op's evaluation; it staged nothing.
 var errMarkHit = errors.New("vrshard: answered from a moved slot's request mark")
 
+// stage (kv.Emit) stages a record the op eval evaluates writes.
+func (a *applier) stage(key, value, meta []byte, tomb bool) {
+	var h storage.Hint
+	if len(key) == len(a.probeKey) && unsafe.SliceData(key) == unsafe.SliceData(a.probeKey) {
+		h = a.probeHint // the bytes has probed (kv's row keys are never rewritten)
+	}
+	a.recs = append(a.recs, storage.Record{Key: key, Value: value, Meta: meta, Version: a.stageV, Timestamp: a.stageTS, Tombstone: tomb, Hint: h})
+}
+
 func newApplier(db *storage.DB) *applier {
 	a := &applier{db: db, replayTo: db.LastVersion(), overlay: map[string]overlayVal{}, rows: map[uint64]uint64{}}
-	a.hasFn = a.has
+	a.hasFn, a.stageFn = a.has, a.stage
 	a.txLocked.Store(true) // unknown until loadRows
 	return a
 }
@@ -546,13 +561,8 @@ func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 		o.NoTxLocks = a.txFree
 	}
 	a.probeKey = nil // an earlier op's
-	res, err := kv.ApplyWithOptions(a.current, list, a.hasFn, v, op, maxVal, func(key, value, meta []byte, tomb bool) {
-		var h storage.Hint
-		if len(key) == len(a.probeKey) && unsafe.SliceData(key) == unsafe.SliceData(a.probeKey) {
-			h = a.probeHint // the bytes has probed (kv's row keys are never rewritten)
-		}
-		a.recs = append(a.recs, storage.Record{Key: key, Value: value, Meta: meta, Version: v, Timestamp: ts, Tombstone: tomb, Hint: h})
-	}, o)
+	a.stageV, a.stageTS = v, ts
+	res, err := kv.ApplyWithOptions(a.current, list, a.hasFn, v, op, maxVal, a.stageFn, o)
 	if err != nil {
 		return kv.Result{}, err // the callers drop what was staged
 	}
