@@ -216,3 +216,70 @@ func TestDecodeHashMetaAgreesWithUvarint(t *testing.T) {
 		}
 	}
 }
+
+// Every hash write refuses what it refused before ApplyHashTo gave HSET an
+// entry of its own (past the other kinds' checks): an empty key, a reserved
+// one (the front door checks neither for a hash write, so this is what keeps
+// a client's HSET off the store's own records: hash markers and rows, lock
+// records), and an HSET with a field missing its value — on each entry:
+// ApplyHash (the lock gate), ApplyHashTo with the single node's options
+// (internal/shard's HSET) and Apply (applyHash, past the gate). Nothing is
+// emitted.
+func TestHashWritesRefuseBadKeysOnEveryEntry(t *testing.T) {
+	reserved := string(ReservedKey("x"))
+	ops := func(key string) []Op {
+		k := []byte(key)
+		return []Op{
+			{Kind: KindHSet, Key: k, Keys: bs("f", "v")},
+			{Kind: KindHSet, Key: k, Keys: bs("f", "v", "g", "w")},
+			{Kind: KindHSet, Key: k, Keys: bs("f", "v"), Delta: 1},       // HMSET
+			{Kind: KindHSet, Key: k, Keys: bs("f", "v"), Cond: IfAbsent}, // HSETNX
+			{Kind: KindHDel, Key: k, Keys: bs("f")},
+			{Kind: KindHIncrBy, Key: k, Keys: bs("f"), Delta: 1},
+			{Kind: KindHIncrByFloat, Key: k, Keys: bs("f"), Value: []byte("1.5")},
+		}
+	}
+	type entry struct {
+		name  string
+		apply func(m mem, op *Op, emit Emit) error
+	}
+	var scratch []byte
+	entries := []entry{
+		{"ApplyHash", func(m mem, op *Op, emit Emit) error {
+			_, err := ApplyHash(m.get, m.has, 2, op, emit, ApplyOptions{})
+			return err
+		}},
+		{"ApplyHashTo (single node)", func(m mem, op *Op, emit Emit) error {
+			var res Result
+			return ApplyHashTo(m.get, m.has, 2, op, emit, ApplyOptions{SparseHashMeta: true, Scratch: &scratch, NoTxLocks: true}, &res)
+		}},
+		{"Apply", func(m mem, op *Op, emit Emit) error {
+			_, err := Apply(m.get, 2, op, 0, emit)
+			return err
+		}},
+	}
+	cases := []struct {
+		key  string
+		want error
+	}{{"", ErrInvalidOp}, {reserved, ErrReservedKey}}
+	for _, e := range entries {
+		for _, c := range cases {
+			for _, op := range ops(c.key) {
+				m := mem{}
+				err := e.apply(m, &op, func(key, _, _ []byte, _ bool) {
+					t.Errorf("%s of %v %q emitted %q", e.name, op.Kind, c.key, key)
+				})
+				if !errors.Is(err, c.want) {
+					t.Errorf("%s of %v %q (fields %q): %v, want %v", e.name, op.Kind, c.key, op.Keys, err, c.want)
+				}
+			}
+		}
+		op := Op{Kind: KindHSet, Key: []byte("h"), Keys: bs("f", "v", "g")}
+		err := e.apply(mem{}, &op, func(key, _, _ []byte, _ bool) {
+			t.Errorf("%s of an HSET of fields %q emitted %q", e.name, op.Keys, key)
+		})
+		if !errors.Is(err, ErrInvalidOp) {
+			t.Errorf("%s of an HSET of fields %q: %v, want ErrInvalidOp", e.name, op.Keys, err)
+		}
+	}
+}

@@ -293,3 +293,62 @@ func TestArenaCopyKeyArgsSurvivesGrowth(t *testing.T) {
 		}
 	}
 }
+
+// copyKeyArgs takes a new chunk, and a new list, when the arena's current
+// ones have no room — never the old ones again, which the batch's earlier
+// copies still hold — both for an HSET of one field (three arguments:
+// copyKeyFieldValue) and of more (its loop). TestArenaCopyKeyArgsSurvivesGrowth's
+// random lists reach neither of copyKeyFieldValue's grows (its
+// three-argument lists are few and small), so here the arena is filled to
+// each point short of its end first, and every copy made before and after
+// is checked, byte for byte (each copy's bytes its own).
+func TestArenaCopyKeyArgsGrowsWithoutOverwriting(t *testing.T) {
+	next := byte(0)
+	mk := func(n int) []byte { next++; return bytes.Repeat([]byte{next}, n) }
+	for _, n := range []int{3, 5} {
+		grewBuf, grewArgs := false, false
+		for room := 0; room < 70; room++ {
+			var a arena
+			var got, want [][]byte
+			keep := func(g [][]byte, w ...[]byte) { got, want = append(got, g...), append(want, w...) }
+			// room bytes left in the arena's first chunk (4 KiB), room%5
+			// slots in its first list (256).
+			fill := mk(4<<10 - room)
+			keep([][]byte{a.copy(fill)}, fill)
+			list := make([][]byte, 256-room%5)
+			for i := range list {
+				list[i] = []byte{}
+			}
+			keep(a.copyArgs(list), list...)
+			chunk, slots := cap(a.buf), cap(a.args)
+			args := make([][]byte, n)
+			for i := range args {
+				args[i] = mk(10 + i)
+			}
+			key, rest := a.copyKeyArgs(args)
+			if len(rest) != n-1 || cap(rest) != n-1 {
+				t.Fatalf("%d arguments, room %d: list of %d, capacity %d, want %d", n, room, len(rest), cap(rest), n-1)
+			}
+			keep(append([][]byte{key}, rest...), args...)
+			grewBuf = grewBuf || cap(a.buf) != chunk
+			grewArgs = grewArgs || cap(a.args) != slots
+			// Later copies land after these, not over them.
+			args2 := [][]byte{mk(5), mk(6), mk(7)}
+			key, rest = a.copyKeyArgs(args2)
+			keep(append([][]byte{key}, rest...), args2...)
+			tail := mk(9)
+			keep([][]byte{a.copy(tail)}, tail)
+			for i, g := range got {
+				if cap(g) != len(g) {
+					t.Fatalf("%d arguments, room %d: copy %d: capacity %d past its length %d", n, room, i, cap(g), len(g))
+				}
+				if !bytes.Equal(g, want[i]) {
+					t.Fatalf("%d arguments, room %d: copy %d of %d holds %q, want %q", n, room, i, len(got), g[:min(8, len(g))], want[i][:min(8, len(want[i]))])
+				}
+			}
+		}
+		if !grewBuf || !grewArgs {
+			t.Fatalf("%d arguments: the copy grew the arena's bytes %v, its list %v: the test no longer reaches a grow", n, grewBuf, grewArgs)
+		}
+	}
+}
