@@ -628,13 +628,41 @@ func (mv *Mover) moveStates(ctx context.Context, from, to GroupID, rs []kv.SlotR
 func (mv *Mover) rollBack(ctx context.Context, from, to GroupID, rs []kv.SlotRange, src, dst SlotRunInfo) error {
 	g := func(id GroupID) string { return strconv.FormatUint(uint64(id), 10) }
 	ranges := FormatSlotRanges(rs)
+	// takeEpoch brings the source, which never left owned, to the move's
+	// epoch e (migrating, then owned again, keeping the peer it imported
+	// the slots from), as a move rolled back after its migrating step
+	// leaves it: an owned entry at an older epoch ranks below the
+	// destination's none at e, and every keyspace scan would take the
+	// source's keys of the slots as behind and find the slots served by
+	// no group, for good (slotrank.go;
+	// server.TestScanAfterAMoveAbortedBeforeTheSourceMigrated).
+	takeEpoch := func(e string) error {
+		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(from), "migrating", g(to), e, ranges); err != nil {
+			return fmt.Errorf("move-slots: abort: group %d takes the move's epoch: %w", from, err)
+		}
+		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(from), "owned", strconv.FormatUint(src.Peer, 10), e, ranges); err != nil {
+			return fmt.Errorf("move-slots: abort: group %d takes the slots back: %w", from, err)
+		}
+		return nil
+	}
 	switch {
+	case src.State == "owned" && dst.State == "none" && dst.Peer == uint64(from) && src.Epoch > 0 && src.Epoch < dst.Epoch:
+		// Rolled back between the move's first two steps by an older
+		// build (the destination gave up importing, the source kept
+		// its older epoch): the source takes the move's epoch now.
+		if err := takeEpoch(strconv.FormatUint(dst.Epoch, 10)); err != nil {
+			return err
+		}
 	case src.State == "owned" && dst.State == "none":
 		// Nothing to roll back, or rolled back before the purge.
 	case src.State == "owned" && dst.State == "importing" && dst.Peer == uint64(from):
 		// Stopped between the move's first two steps: the source never
-		// left owned; the destination gives up importing.
+		// left owned; it takes the move's epoch (takeEpoch), then the
+		// destination gives up importing.
 		e := strconv.FormatUint(dst.Epoch, 10)
+		if err := takeEpoch(e); err != nil {
+			return err
+		}
 		if _, err := mv.do(ctx, "KEFIR.SLOTS", "SET", g(to), "none", g(from), e, ranges); err != nil {
 			return fmt.Errorf("move-slots: abort: group %d stops importing: %w", to, err)
 		}

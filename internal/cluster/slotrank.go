@@ -13,7 +13,10 @@ import (
 // destination, so above the one that brought the slot to the source), and
 // within a move of epoch E its source goes owned (below E) → migrating(E) →
 // none(E) and its destination none → importing(E) → owned(E) (an abort:
-// the source back to owned(E), the destination to none(E)). The rank of an
+// the source back to owned(E), the destination to none(E) — also one
+// between the first two steps, where Mover.rollBack takes the source
+// through migrating(E) first, else its owned entry below E would rank
+// below the destination's none(E) for good). The rank of an
 // entry is 2·Epoch, plus 1 if it is owned or none: a table whose entry
 // ranks above another group's table's serving entry shows the slot past
 // that group's state, so that group's replica was read behind a step it
