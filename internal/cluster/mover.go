@@ -67,7 +67,9 @@ type Mover struct {
 	// Logf, if set, reports each step.
 	Logf func(format string, args ...any)
 	// AfterStep, if set, is called after each step and each page of the
-	// pre-copy ("precopy-page"; tests: a crash there).
+	// pre-copy ("precopy-page"; tests: a crash there), and once a recorded
+	// move's record is written or taken over, before its first step
+	// ("planned"; tests: an abort racing the driver then).
 	AfterStep func(step string)
 
 	// Transport, if set, carries each command to addr (a seed, or the
@@ -242,6 +244,7 @@ func (mv *Mover) Move(ctx context.Context, from, to GroupID, rs []kv.SlotRange) 
 		if err := record(stage); err != nil {
 			return out, err
 		}
+		mv.after("planned")
 		if mutation.On && MultiMut.DoneBeforeCopy.Load() && stage == 0 {
 			if err := mv.recordEnd(ctx, "DONE"); err != nil {
 				return out, err
@@ -563,6 +566,9 @@ func (mv *Mover) claimAbort(ctx context.Context, from, to GroupID, rs []kv.SlotR
 func (mv *Mover) settle(ctx context.Context, from, to GroupID, rs []kv.SlotRange) (res MoveResult, rolledBack bool, err error) {
 	res.Epoch = mv.lease.epoch
 	for _, id := range []GroupID{from, to} {
+		if mutation.On && MultiMut.AbortSkipsFence.Load() {
+			break // Deliberately broken (tests): the tables read unfenced.
+		}
 		if err := mv.fence(ctx, id); err != nil {
 			return res, false, err
 		}
