@@ -797,7 +797,8 @@ func (r *liveAbortRun) settled() error {
 // applied before a group's fence stays, nothing it sends after lands, so
 // the tables the abort reads are final — it rolls the move back before the
 // hand-over (and the source never hands over at that epoch) or finishes
-// it. Every checker of the run holds (the map's owners are the tables').
+// it. Every checker of the run holds (the map's owners are the tables'),
+// also with the nemesis and leader crashes (faults/, two seeds each).
 // With cluster.MultiMut.AbortSkipsFence (the tables read unfenced) the
 // driver's steps land after the abort's decision: caught.
 func TestMoveSimMetaAbortRacesALiveDriver(t *testing.T) {
@@ -810,6 +811,12 @@ func TestMoveSimMetaAbortRacesALiveDriver(t *testing.T) {
 				}
 				t.Logf("seed %d after %s: %s", seed, step, sum[strings.Index(sum, "live abort"):])
 				return nil
+			})
+		})
+		// With the nemesis and leader crashes after steps (two seeds).
+		t.Run("faults/"+step, func(t *testing.T) {
+			sim.Explore(t, 1, 2, func(seed uint64, trace io.Writer) error {
+				return moveSim(seed, trace, moveOptions{meta: true, liveAbort: step, faults: true, leaderCrashes: true}, nil)
 			})
 		})
 	}
