@@ -703,6 +703,8 @@ type liveAbortRun struct {
 	replicas int
 	// result: what came of it ("rolled back", or the abort's error).
 	result string
+	// killAfter: the abort dies right after that step (died: it did).
+	killAfter, died string
 }
 
 // trigger schedules the abort of the move of rs from from to to.
@@ -749,10 +751,23 @@ func (r *liveAbortRun) next(time.Duration) (*kcluster.Mover, moverJob) {
 
 func (r *liveAbortRun) kill(time.Duration) bool { return false }
 
-func (r *liveAbortRun) afterStep(string) bool { return false }
+// afterStep: the abort dies right after its step of that name
+// (moveOptions.abortKillAfter, abort-fenced): whoever takes the marked
+// record over next settles it.
+func (r *liveAbortRun) afterStep(step string) bool {
+	if r.killAfter != "" && step == r.killAfter {
+		r.died = step
+		return true
+	}
+	return false
+}
 
 func (r *liveAbortRun) done(_ time.Duration, _ any, err error) {
 	r.finished = true
+	if r.died != "" {
+		r.result = "died after " + r.died
+		return
+	}
 	if err != nil {
 		r.result = "refused: " + err.Error()
 		return
@@ -798,7 +813,8 @@ func (r *liveAbortRun) settled() error {
 // the tables the abort reads are final — it rolls the move back before the
 // hand-over (and the source never hands over at that epoch) or finishes
 // it. Every checker of the run holds (the map's owners are the tables'),
-// also with the nemesis and leader crashes (faults/, two seeds each).
+// also with the nemesis and leader crashes (faults/, two seeds each) and
+// with the abort killed right after its fences (died/, two seeds each).
 // With cluster.MultiMut.AbortSkipsFence (the tables read unfenced) the
 // driver's steps land after the abort's decision: caught.
 func TestMoveSimMetaAbortRacesALiveDriver(t *testing.T) {
@@ -817,6 +833,22 @@ func TestMoveSimMetaAbortRacesALiveDriver(t *testing.T) {
 		t.Run("faults/"+step, func(t *testing.T) {
 			sim.Explore(t, 1, 2, func(seed uint64, trace io.Writer) error {
 				return moveSim(seed, trace, moveOptions{meta: true, liveAbort: step, faults: true, leaderCrashes: true}, nil)
+			})
+		})
+		// The abort dies right after its fences (two seeds): the record
+		// marked, the live driver fenced off; whoever takes the record
+		// over next (the resumer, or the driver's own rerun after
+		// watching the beat) settles it.
+		t.Run("died/"+step, func(t *testing.T) {
+			sim.Explore(t, 1, 2, func(seed uint64, trace io.Writer) error {
+				var sum string
+				if err := moveSim(seed, trace, moveOptions{meta: true, liveAbort: step, abortKillAfter: "abort-fenced"}, &sum); err != nil {
+					return err
+				}
+				if !strings.Contains(sum, "live abort: died after abort-fenced") {
+					return fmt.Errorf("the live abort was not killed after its fences: %s", sum)
+				}
+				return nil
 			})
 		})
 	}

@@ -1444,7 +1444,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		}
 	}()
 	if o.liveAbort != "" {
-		run.live = &liveAbortRun{cl: cl}
+		run.live = &liveAbortRun{cl: cl, killAfter: o.abortKillAfter}
 		aborter = &moverNode{run: run.live, cl: cl}
 		movers++
 	}
