@@ -705,6 +705,8 @@ type liveAbortRun struct {
 	result string
 	// killAfter: the abort dies right after that step (died: it did).
 	killAfter, died string
+	// reversed: the abort names the move's ranges in the reverse order.
+	reversed bool
 }
 
 // trigger schedules the abort of the move of rs from from to to.
@@ -715,6 +717,9 @@ func (r *liveAbortRun) trigger(from, to kcluster.GroupID, rs []kv.SlotRange) {
 	rng := r.s.Rand()
 	r.at = r.s.Now() + time.Duration(rng.IntN(16))*time.Millisecond + 1
 	r.from, r.to, r.rs = from, to, slices.Clone(rs)
+	if r.reversed {
+		slices.Reverse(r.rs)
+	}
 	r.result = "triggered"
 	// The driver's next messages are held in the network for 60-140 ms
 	// (under the mover's 150 ms timeout): its next step, sent before the
@@ -790,6 +795,9 @@ func (r *liveAbortRun) settled() error {
 		if strings.Contains(r.result, "only a move before its hand-over can be rolled back") {
 			return nil // too late: the driver had ended the move
 		}
+		if r.reversed && strings.Contains(r.result, "abort it by those") {
+			return nil // refused: the record names the slots otherwise
+		}
 		return fmt.Errorf("the live abort marked no move (%s)", r.result)
 	case r.result != "rolled back":
 		// Finished instead, or failed part way (a metadata leader that
@@ -813,8 +821,10 @@ func (r *liveAbortRun) settled() error {
 // the tables the abort reads are final — it rolls the move back before the
 // hand-over (and the source never hands over at that epoch) or finishes
 // it. Every checker of the run holds (the map's owners are the tables'),
-// also with the nemesis and leader crashes (faults/, two seeds each) and
-// with the abort killed right after its fences (died/, two seeds each).
+// also with the nemesis and leader crashes (faults/, two seeds each),
+// with the abort naming the slots in another order (reversed/: refused)
+// and with the abort killed right after its fences (died/, two seeds
+// each).
 // With cluster.MultiMut.AbortSkipsFence (the tables read unfenced) the
 // driver's steps land after the abort's decision: caught.
 func TestMoveSimMetaAbortRacesALiveDriver(t *testing.T) {
@@ -833,6 +843,22 @@ func TestMoveSimMetaAbortRacesALiveDriver(t *testing.T) {
 		t.Run("faults/"+step, func(t *testing.T) {
 			sim.Explore(t, 1, 2, func(seed uint64, trace io.Writer) error {
 				return moveSim(seed, trace, moveOptions{meta: true, liveAbort: step, faults: true, leaderCrashes: true}, nil)
+			})
+		})
+		// The abort names the move's slots in another order (two
+		// seeds): refused, saying how the record names them — not
+		// rolled back from the tables, unclaimed and unfenced, under
+		// the live driver (two owners of a slot, before the refusal).
+		t.Run("reversed/"+step, func(t *testing.T) {
+			sim.Explore(t, 1, 2, func(seed uint64, trace io.Writer) error {
+				var sum string
+				if err := moveSim(seed, trace, moveOptions{meta: true, liveAbort: step, abortReversed: true}, &sum); err != nil {
+					return err
+				}
+				if !strings.Contains(sum, "abort it by those") && !strings.Contains(sum, "only a move before its hand-over") {
+					return fmt.Errorf("the live abort of the slots in another order was not refused: %s", sum)
+				}
+				return nil
 			})
 		})
 		// The abort dies right after its fences (two seeds): the record

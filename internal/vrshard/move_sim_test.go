@@ -906,6 +906,9 @@ type moveOptions struct {
 	// only).
 	liveAbort string
 	skipFence bool
+	// abortReversed: the live abort names the move's ranges in the reverse
+	// order (the same slots).
+	abortReversed bool
 	// lossyReplies: the replicas' replies to the clients are lost 30 % of
 	// the time, so that clients send writes that ran again, and some of
 	// those land at the slot's new group (its request marks answer them).
@@ -1444,7 +1447,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		}
 	}()
 	if o.liveAbort != "" {
-		run.live = &liveAbortRun{cl: cl, killAfter: o.abortKillAfter}
+		run.live = &liveAbortRun{cl: cl, killAfter: o.abortKillAfter, reversed: o.abortReversed}
 		aborter = &moverNode{run: run.live, cl: cl}
 		movers++
 	}
