@@ -1490,8 +1490,18 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	s = sim.New(so)
 	run.s, cl.s, repl.s, resumes.s = s, s, s, s
 	if run.live != nil {
-		// The mover is the first coroutine, after the clients.
-		run.live.s, run.live.fwd, run.live.replicas = s, sim.Addr(so.Replicas+clients), so.Replicas
+		// The driver it races: the mover, the first coroutine after the
+		// clients, or with groupOps the operator's.
+		at := 0
+		if gops != nil {
+			for _, co := range []*moverNode{mover, operator, resumer, drainer} {
+				if co != nil {
+					at++
+				}
+			}
+			gops.live = run.live
+		}
+		run.live.s, run.live.fwd, run.live.replicas = s, sim.Addr(so.Replicas+clients+at), so.Replicas
 	}
 	if o.replace > 0 {
 		repl.schedule(o.replace, run.faultsUntil())
