@@ -661,6 +661,11 @@ type MultiMutations struct {
 	// (vrshard TestMoveSimMetaAbortCatchesMutations; with
 	// kv.MapMut.ClaimIgnoresAbortMark its claims are taken).
 	IgnoreAbortMark atomic.Bool
+	// AbortSkipsFence: a driver settling a move marked for abort
+	// (Mover.settle) reads the groups' tables without fencing them first,
+	// so a live forward driver's steps still land after the decision
+	// (vrshard TestMoveSimMetaAbortRacesALiveDriver).
+	AbortSkipsFence atomic.Bool
 }
 
 // MultiMut is the process's MultiMutations (tests only; read under mutation.On).

@@ -80,6 +80,9 @@ type groupOpRun struct {
 	moveNo, lastNo int
 	killedAt       string
 	log            []string
+	// live: an operator's move-slots --abort of the remove-group's first
+	// move while it runs (moveOptions.liveAbort).
+	live *liveAbortRun
 }
 
 func newGroupOps(c *simCluster, o moveOptions) *groupOpRun {
@@ -263,6 +266,12 @@ func (r *groupOpRun) kill(time.Duration) bool { return false }
 // leader of a data group crashes after one in four (restarted 20-80 ms
 // later).
 func (r *groupOpRun) afterStep(step string) bool {
+	if r.live != nil && r.o.liveAbort == step && r.phase == "remove" && r.moveNo == 1 {
+		r.live.trigger(0, 0, nil) // the first drain move, live (meta_sim_test.go)
+	}
+	if step == "planned" {
+		return false // the record written, not a step of the groups: nothing drawn
+	}
 	if r.o.opKillAfter == step && r.killedAt == "" && r.phase == "remove" && r.moveNo == r.lastNo {
 		r.kills++
 		r.killed, r.killedAt = true, step

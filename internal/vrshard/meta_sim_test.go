@@ -536,14 +536,14 @@ func (c *simCluster) recorded(a int, sl uint16, e kv.SlotEntry) {
 // drove it forward (instead of settling it: Mover.settle) can.
 func (c *simCluster) handedOver(g uint64, sl uint16, e kv.SlotEntry) {
 	ms := c.meta
-	if ms == nil || !ms.checkAborts || c.ownErr != nil || ms.handed[e.Epoch] {
+	if ms == nil || c.ownErr != nil || ms.handed[e.Epoch] {
 		return
 	}
 	if from, ok := ms.from[e.Epoch]; !ok || from != g {
 		return
 	}
 	ms.handed[e.Epoch] = true
-	if ms.marked[e.Epoch] {
+	if ms.checkAborts && ms.marked[e.Epoch] {
 		c.ownErr = fmt.Errorf("slot %d was handed over by group %d at epoch %d after the move was marked for abort before its hand-over (a driver drove a move marked to be rolled back forward)", sl, g, e.Epoch)
 	}
 }
@@ -677,6 +677,255 @@ func TestMoveSimMetaAbortCatchesMutations(t *testing.T) {
 				t.Fatalf("seed %d: %s not caught by %q: %v", seed, tc.name, tc.want, err)
 			}
 			t.Logf("caught: %s", firstLine(err))
+		})
+	}
+}
+
+// liveAbortRun is an operator's kefir cluster move-slots --abort run while
+// the first move's driver is alive (moveOptions.liveAbort): started 0-15 ms
+// after that driver's step, it claims the record at once with the abort
+// mark, fences both groups and decides on their tables, while the driver
+// goes on until one of its steps or renewals is refused. Whatever the
+// interleaving, an abort that says it rolled the move back must be right:
+// the source never hands over at the move's epoch (settled, with every
+// checker of the run: the map's owners are the tables').
+type liveAbortRun struct {
+	s        *sim.Sim
+	cl       *simCluster
+	at       time.Duration // when the abort starts (0: not triggered)
+	from, to kcluster.GroupID
+	rs       []kv.SlotRange
+	started  bool
+	finished bool
+	// fwd: the forward driver's address; replicas: how many there are
+	// (addresses 0 to replicas-1).
+	fwd      sim.Addr
+	replicas int
+	// result: what came of it ("rolled back", or the abort's error).
+	result string
+	// killAfter: the abort dies right after that step (died: it did).
+	killAfter, died string
+	// reversed: the abort names the move's ranges in the reverse order.
+	reversed bool
+}
+
+// trigger schedules the abort of the move of rs from from to to.
+func (r *liveAbortRun) trigger(from, to kcluster.GroupID, rs []kv.SlotRange) {
+	if r.at != 0 {
+		return
+	}
+	rng := r.s.Rand()
+	r.at = r.s.Now() + time.Duration(rng.IntN(16))*time.Millisecond + 1
+	r.from, r.to, r.rs = from, to, slices.Clone(rs)
+	if r.reversed {
+		slices.Reverse(r.rs)
+	}
+	r.result = "triggered"
+	// The driver's next messages are held in the network for 60-140 ms
+	// (under the mover's 150 ms timeout): its next step, sent before the
+	// abort's claim, lands after the abort decided — the step in flight
+	// the groups' fence must refuse.
+	for a := range r.replicas {
+		r.s.Hold(r.fwd, sim.Addr(a))
+	}
+	r.s.After(time.Duration(60+rng.IntN(81))*time.Millisecond, func() {
+		for a := range r.replicas {
+			r.s.Release(r.fwd, sim.Addr(a))
+		}
+	})
+}
+
+func (r *liveAbortRun) busy() bool { return r.at != 0 && !r.finished }
+
+func (r *liveAbortRun) next(time.Duration) (*kcluster.Mover, moverJob) {
+	if r.started || r.at == 0 || r.s.Now() < r.at {
+		return nil, nil
+	}
+	if r.from == 0 {
+		// Triggered by the operator of a remove-group (groupOpRun): the
+		// move in flight, as the metadata leader's map records it.
+		n := r.cl.metaLeader()
+		if n == nil {
+			return nil, nil
+		}
+		cm, _ := n.metaMap()
+		if cm == nil || len(cm.Moves) == 0 {
+			r.started, r.finished, r.result = true, true, "no move in flight to abort"
+			return nil, nil
+		}
+		r.from, r.to, r.rs = kcluster.GroupID(cm.Moves[0].From), kcluster.GroupID(cm.Moves[0].To), slices.Clone(cm.Moves[0].Slots)
+	}
+	r.started = true
+	mv := &kcluster.Mover{Page: 2, PagePause: time.Millisecond, RetryFor: time.Second,
+		Meta: true, Lease: metaLease, Driver: "aborter"}
+	mv.Rand = func() uint64 { return r.s.Rand().Uint64() }
+	for k := range r.cl.seeds {
+		mv.Seeds = append(mv.Seeds, nodeAddr(k))
+	}
+	from, to, rs := r.from, r.to, r.rs
+	return mv, func(ctx context.Context, mv *kcluster.Mover) (any, error) {
+		return kcluster.MoveResult{}, mv.Abort(ctx, from, to, rs)
+	}
+}
+
+func (r *liveAbortRun) kill(time.Duration) bool { return false }
+
+// afterStep: the abort dies right after its step of that name
+// (moveOptions.abortKillAfter, abort-fenced): whoever takes the marked
+// record over next settles it.
+func (r *liveAbortRun) afterStep(step string) bool {
+	if r.killAfter != "" && step == r.killAfter {
+		r.died = step
+		return true
+	}
+	return false
+}
+
+func (r *liveAbortRun) done(_ time.Duration, _ any, err error) {
+	r.finished = true
+	if r.died != "" {
+		r.result = "died after " + r.died
+		return
+	}
+	if err != nil {
+		r.result = "refused: " + err.Error()
+		return
+	}
+	r.result = "rolled back"
+}
+
+// settled checks the abort's end: it ran and finished, and if it said
+// it rolled the move back, the move's source never applied its hand-over
+// at the epoch the abort marked (one move is ever marked in such a run);
+// if it marked none, it came too late (the move was over).
+func (r *liveAbortRun) settled() error {
+	ms := r.cl.meta
+	switch {
+	case !r.started:
+		return errors.New("the live abort never started (its step was not reached)")
+	case r.result == "no move in flight to abort":
+		return nil
+	case !r.finished:
+		return errors.New("the live abort did not finish")
+	case len(ms.marked) == 0:
+		if strings.Contains(r.result, "only a move before its hand-over can be rolled back") {
+			return nil // too late: the driver had ended the move
+		}
+		if r.reversed && strings.Contains(r.result, "abort it by those") {
+			return nil // refused: the record names the slots otherwise
+		}
+		return fmt.Errorf("the live abort marked no move (%s)", r.result)
+	case r.result != "rolled back":
+		// Finished instead, or failed part way (a metadata leader that
+		// did not answer for a lease): the record, marked, is settled by
+		// whoever takes it over next (metaSettled: no move left in flight).
+		return nil
+	}
+	for e := range ms.marked {
+		if ms.handed[e] {
+			return fmt.Errorf("the live abort rolled the move at epoch %d back, and its source handed it over at that epoch", e)
+		}
+	}
+	return nil
+}
+
+// TestMoveSimMetaAbortRacesALiveDriver: move-slots --abort run while the
+// first move's driver is alive, 0-15 ms after each of its steps (planned:
+// its record written, before its first step). The abort claims the record
+// at once and fences both groups (Mover.settle): whatever the driver had
+// applied before a group's fence stays, nothing it sends after lands, so
+// the tables the abort reads are final — it rolls the move back before the
+// hand-over (and the source never hands over at that epoch) or finishes
+// it. Every checker of the run holds (the map's owners are the tables'),
+// also with the nemesis and leader crashes (faults/, two seeds each),
+// with the abort naming the slots in another order (reversed/: refused),
+// of a remove-group's drain move (removegroup/) and with the abort killed
+// right after its fences (died/, two seeds each).
+// With cluster.MultiMut.AbortSkipsFence (the tables read unfenced) the
+// driver's steps land after the abort's decision: caught.
+func TestMoveSimMetaAbortRacesALiveDriver(t *testing.T) {
+	for _, step := range []string{"planned", "importing", "migrating", "precopy-page", "precopy", "handover", "finalcopy"} {
+		t.Run(step, func(t *testing.T) {
+			sim.Explore(t, 1, 4, func(seed uint64, trace io.Writer) error {
+				var sum string
+				if err := moveSim(seed, trace, moveOptions{meta: true, liveAbort: step}, &sum); err != nil {
+					return err
+				}
+				t.Logf("seed %d after %s: %s", seed, step, sum[strings.Index(sum, "live abort"):])
+				return nil
+			})
+		})
+		// With the nemesis and leader crashes after steps (two seeds).
+		t.Run("faults/"+step, func(t *testing.T) {
+			sim.Explore(t, 1, 2, func(seed uint64, trace io.Writer) error {
+				return moveSim(seed, trace, moveOptions{meta: true, liveAbort: step, faults: true, leaderCrashes: true}, nil)
+			})
+		})
+		// The abort names the move's slots in another order (two
+		// seeds): refused, saying how the record names them — not
+		// rolled back from the tables, unclaimed and unfenced, under
+		// the live driver (two owners of a slot, before the refusal).
+		t.Run("reversed/"+step, func(t *testing.T) {
+			sim.Explore(t, 1, 2, func(seed uint64, trace io.Writer) error {
+				var sum string
+				if err := moveSim(seed, trace, moveOptions{meta: true, liveAbort: step, abortReversed: true}, &sum); err != nil {
+					return err
+				}
+				if !strings.Contains(sum, "abort it by those") && !strings.Contains(sum, "only a move before its hand-over") {
+					return fmt.Errorf("the live abort of the slots in another order was not refused: %s", sum)
+				}
+				return nil
+			})
+		})
+		// The abort of a remove-group's first drain move, live (two
+		// seeds): cluster.GroupRemoval meets the move rolled back (or
+		// finished), plans the drain again and removes the group
+		// (groupOpsSettled).
+		t.Run("removegroup/"+step, func(t *testing.T) {
+			sim.Explore(t, 1, 2, func(seed uint64, trace io.Writer) error {
+				return moveSim(seed, trace, moveOptions{meta: true, groupOps: true, groups: 3, liveAbort: step}, nil)
+			})
+		})
+		// The abort dies right after its fences (two seeds): the record
+		// marked, the live driver fenced off; whoever takes the record
+		// over next (the resumer, or the driver's own rerun after
+		// watching the beat) settles it.
+		t.Run("died/"+step, func(t *testing.T) {
+			sim.Explore(t, 1, 2, func(seed uint64, trace io.Writer) error {
+				var sum string
+				if err := moveSim(seed, trace, moveOptions{meta: true, liveAbort: step, abortKillAfter: "abort-fenced"}, &sum); err != nil {
+					return err
+				}
+				if !strings.Contains(sum, "live abort: died after abort-fenced") {
+					return fmt.Errorf("the live abort was not killed after its fences: %s", sum)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestMoveSimMetaAbortRacesALiveDriverCatchesMutations:
+// cluster.MultiMut.AbortSkipsFence (the abort reads the tables without
+// fencing the groups) is caught when the live driver's next step is in
+// flight as the abort decides: the abort rolls back (or finds nothing
+// to roll back) and records the abort, the driver's held step lands
+// after it, and the move goes on with no record — the map and the tables
+// disagree on the slots' owner.
+func TestMoveSimMetaAbortRacesALiveDriverCatchesMutations(t *testing.T) {
+	mutation.Require(t)
+	for _, step := range []string{"planned", "importing"} {
+		t.Run(step, func(t *testing.T) {
+			const seed = 1
+			var sum string
+			if err := moveSim(seed, nil, moveOptions{meta: true, liveAbort: step}, &sum); err != nil {
+				t.Fatalf("seed %d fails without a mutation: %v", seed, err)
+			}
+			err := moveSim(seed, nil, moveOptions{meta: true, liveAbort: step, skipFence: true}, nil)
+			if err == nil || !strings.Contains(err.Error(), "the live abort rolled the move at epoch") {
+				t.Fatalf("seed %d: AbortSkipsFence not caught by the live abort's check: %v", seed, err)
+			}
+			t.Logf("caught: %v", err)
 		})
 	}
 }

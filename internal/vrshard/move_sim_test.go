@@ -897,6 +897,18 @@ type moveOptions struct {
 	// kv.MapMut.ClaimIgnoresAbortMark (a marked record takes them).
 	// Tests with the mutations tag only.
 	ignoreMark, markOff bool
+	// liveAbort (with meta): move-slots --abort runs while the first
+	// move's driver is alive, 0-15 ms (drawn) after that driver's step of
+	// that name (planned: its record written, no step yet); the driver goes on until a
+	// step or a renewal of it is refused (liveAbortRun,
+	// meta_sim_test.go). skipFence switches
+	// cluster.MultiMut.AbortSkipsFence on (tests with the mutations tag
+	// only).
+	liveAbort string
+	skipFence bool
+	// abortReversed: the live abort names the move's ranges in the reverse
+	// order (the same slots).
+	abortReversed bool
 	// lossyReplies: the replicas' replies to the clients are lost 30 % of
 	// the time, so that clients send writes that ran again, and some of
 	// those land at the slot's new group (its request marks answer them).
@@ -1006,6 +1018,9 @@ type moveRun struct {
 	abort    string
 	// abortDied: the step the abort was killed after (abortKillAfter).
 	abortDied string
+	// live: the operator's abort racing the first move's live driver
+	// (moveOptions.liveAbort).
+	live *liveAbortRun
 	// killed: the running mover was killed (kill, afterStep's killAfter).
 	killed bool
 	// keys: the workload's keys a scaled run moves; at: the group each
@@ -1149,6 +1164,14 @@ func (r *moveRun) afterStep(step string) (kill bool) {
 		// record over next must settle it as the abort would.
 		r.abortDied = step
 		return true
+	}
+	if r.live != nil && r.o.liveAbort == step && r.moves == 1 && r.resume == 0 {
+		r.live.trigger(r.from, r.to, r.rs) // meta_sim_test.go
+	}
+	if step == "planned" {
+		// Not a step of the groups: no crash is drawn after it (the runs
+		// of before it keep their draws).
+		return false
 	}
 	if r.o.killAfter == step && r.moves == 1 && r.resume == 0 && !r.aborting {
 		r.kills++
@@ -1308,6 +1331,10 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		kv.MapMut.ClaimIgnoresAbortMark = true
 		defer func() { kv.MapMut.ClaimIgnoresAbortMark = false }()
 	}
+	if o.skipFence {
+		kcluster.MultiMut.AbortSkipsFence.Store(true)
+		defer kcluster.MultiMut.AbortSkipsFence.Store(false)
+	}
 	const planEnd = 1600 * time.Millisecond
 	clients, ops := 4, 80
 	w := sim.KV{Keys: 3, Get: 4, Put: 4, CAS: 1, Incr: 1, Delete: 1, Dur: level.Sync}
@@ -1412,6 +1439,18 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		opsNode = &moverNode{run: gops, cl: cl}
 		movers++
 	}
+	// The operator of an abort racing a live driver: a seventh coroutine.
+	var aborter *moverNode
+	defer func() {
+		if aborter != nil {
+			aborter.stop()
+		}
+	}()
+	if o.liveAbort != "" {
+		run.live = &liveAbortRun{cl: cl, killAfter: o.abortKillAfter, reversed: o.abortReversed}
+		aborter = &moverNode{run: run.live, cl: cl}
+		movers++
+	}
 	moveClients := newMoveClient(hostClientTimeout, cl)
 	so := sim.Options{
 		Replicas: len(cl.node), Clients: clients + movers,
@@ -1421,7 +1460,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			// the run has of the operator, the resumer and the drainer.
 			if i := int(id) - cfg.Replicas - clients; i >= 0 {
 				var cos []*moverNode
-				for _, co := range []*moverNode{mover, operator, resumer, drainer, opsNode, shrinker} {
+				for _, co := range []*moverNode{mover, operator, resumer, drainer, opsNode, shrinker, aborter} {
 					if co != nil {
 						cos = append(cos, co)
 					}
@@ -1450,6 +1489,20 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	}
 	s = sim.New(so)
 	run.s, cl.s, repl.s, resumes.s = s, s, s, s
+	if run.live != nil {
+		// The driver it races: the mover, the first coroutine after the
+		// clients, or with groupOps the operator's.
+		at := 0
+		if gops != nil {
+			for _, co := range []*moverNode{mover, operator, resumer, drainer} {
+				if co != nil {
+					at++
+				}
+			}
+			gops.live = run.live
+		}
+		run.live.s, run.live.fwd, run.live.replicas = s, sim.Addr(so.Replicas+clients+at), so.Replicas
+	}
 	if o.replace > 0 {
 		repl.schedule(o.replace, run.faultsUntil())
 	}
@@ -1537,7 +1590,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			}
 			return false
 		}
-		for extra := 0; extra < window && (run.running || repl.cur != nil || (resumer != nil && resumer.co != nil) || (drain != nil && !drain.finished) || (gops != nil && gops.phase != "") || (shrink != nil && shrink.phase != "") || busy(issued, ops)); extra++ {
+		for extra := 0; extra < window && (run.running || repl.cur != nil || (resumer != nil && resumer.co != nil) || (drain != nil && !drain.finished) || (gops != nil && gops.phase != "") || (shrink != nil && shrink.phase != "") || (run.live != nil && run.live.busy()) || busy(issued, ops)); extra++ {
 			s.RunFor(100 * time.Millisecond)
 		}
 		s.RunFor(200 * time.Millisecond)
@@ -1597,6 +1650,9 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			errs = append(errs, fmt.Errorf("the replacement of group %d's replica %d did not finish 4 s after the faults ended (last error: %v)", cur.g, cur.lost, repl.lastErr))
 		}
 		errs = append(errs, replicationRestored(s, cl))
+		if run.live != nil {
+			errs = append(errs, run.live.settled())
+		}
 		if cl.meta != nil {
 			errs = append(errs, metaSettled(cl, run.rs, run.at))
 			if err := hostAgreeAmong(s, cl.meta.addrs); err != nil {
@@ -1621,6 +1677,9 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			run.moves, run.resume, run.kills, run.crashes, run.nodeDowns, len(run.failed), len(h.Ops), ok, s.Stats(), s.Now())
 		if run.abort != "" {
 			*summary += "; abort: " + run.abort
+		}
+		if run.live != nil {
+			*summary += "; live abort: " + run.live.result
 		}
 		if o.meta {
 			*summary += fmt.Sprintf("; %d take-overs by the metadata leader (%d finished, %d rolled back, %d died with their node), %d maps applied, %d metadata replicas restarted with an older map",
