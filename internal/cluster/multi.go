@@ -666,6 +666,12 @@ type MultiMutations struct {
 	// so a live forward driver's steps still land after the decision
 	// (vrshard TestMoveSimMetaAbortRacesALiveDriver).
 	AbortSkipsFence atomic.Bool
+	// AbortDropsImportOrigin: a move rolled back after its migrating step
+	// leaves the source's slots owned with peer 0, as if never imported,
+	// so kv.MovedRequest no longer checks their requests against the
+	// marks the source imported with them (vrshard
+	// TestMoveSimAbortOfAnImportedSlotKeepsItsMarks).
+	AbortDropsImportOrigin atomic.Bool
 }
 
 // MultiMut is the process's MultiMutations (tests only; read under mutation.On).

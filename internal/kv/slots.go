@@ -99,7 +99,10 @@ const (
 	// SlotNone: the group does not own the slot; Peer, if not 0, is the
 	// group it handed it to.
 	SlotNone SlotState = iota
-	// SlotOwned: the group serves the slot.
+	// SlotOwned: the group serves the slot; Peer, if not 0, is the group
+	// it imported it from (or, after a move of it rolled back past its
+	// migrating step, that move's destination: the origin is lost by
+	// then, and a Peer not 0 is what keeps MovedRequest checking marks).
 	SlotOwned
 	// SlotMigrating: the group serves the slot while its keys are copied
 	// to Peer.
@@ -423,8 +426,9 @@ func (t *SlotTable) Set(rs []SlotRange, st SlotState, peer, epoch uint64) (*Slot
 		for s := int(r.Start); s <= int(r.End); s++ {
 			cur := n.e[s]
 			// An owned slot keeps the peer it came from (0: never
-			// imported): MovedRequest checks the requests of its keys
-			// against the old group's marks.
+			// imported; after a rolled-back move, see SlotOwned):
+			// MovedRequest checks the requests of its keys against the
+			// old group's marks.
 			want := SlotEntry{State: st, Peer: peer, Epoch: epoch}
 			if cur == want {
 				continue

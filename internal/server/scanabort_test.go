@@ -22,18 +22,7 @@ import (
 // the move's epoch (cluster/slotrank.go), so its keys were dropped as
 // behind and its slots served by no group.
 func TestScanAfterAMoveAbortedBeforeTheSourceMigrated(t *testing.T) {
-	g := startGroupWith(t, func(c *Config) {
-		c.Groups = []cluster.GroupSpec{
-			{ID: 1, Members: []uint64{1}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
-			{ID: 2, Members: []uint64{2}, Slots: []cluster.SlotRange{{Start: 8192, End: 16383}}},
-			{ID: 3, Members: []uint64{3}},
-		}
-	})
-	if !testgroup.Until(20*time.Second, 20*time.Millisecond, func() bool {
-		return len(groupLeaders(g, 1)) == 1 && len(groupLeaders(g, 2)) == 1
-	}) {
-		t.Fatal("the groups have no leaders")
-	}
+	g := startMoveGroups(t)
 	ka, kb := keyOfGroup(1, "src"), keyOfGroup(2, "other")
 	c := dial(t, g.nodes[0])
 	c.expect(`SET ` + ka + ` a0 => OK`)
@@ -107,4 +96,24 @@ func TestScanAfterAMoveAbortedBeforeTheSourceMigrated(t *testing.T) {
 	if got := scan("session"); !served(got) {
 		t.Fatalf("KEFIR.SCAN after the older build's abort was repaired: %s, want %s and %s", got, ka, kb)
 	}
+}
+
+// startMoveGroups starts three nodes, each the one member of a group:
+// group 1 owns slots 0-8191, group 2 the rest, group 3 none (a move's
+// next destination), and waits for the three leaders.
+func startMoveGroups(t *testing.T) *group {
+	t.Helper()
+	g := startGroupWith(t, func(c *Config) {
+		c.Groups = []cluster.GroupSpec{
+			{ID: 1, Members: []uint64{1}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
+			{ID: 2, Members: []uint64{2}, Slots: []cluster.SlotRange{{Start: 8192, End: 16383}}},
+			{ID: 3, Members: []uint64{3}},
+		}
+	})
+	if !testgroup.Until(20*time.Second, 20*time.Millisecond, func() bool {
+		return len(groupLeaders(g, 1)) == 1 && len(groupLeaders(g, 2)) == 1 && len(groupLeaders(g, 3)) == 1
+	}) {
+		t.Fatal("the groups have no leaders")
+	}
+	return g
 }
