@@ -50,3 +50,25 @@ func TestReadyReuse(t *testing.T) {
 		t.Fatalf("the last batch changed before the next ReadyReuse:\n got %v\nwant %v", got, want)
 	}
 }
+
+// TestReadyReuseKeepsNoPayloads: the storage ReadyReuse takes back for the
+// next messages holds nothing of the batch it last returned (the caller is
+// done with it): a batch's payloads (an op, a pre-copy chunk's entries) are
+// not kept alive by an idle outbox until later messages overwrite them.
+func TestReadyReuseKeepsNoPayloads(t *testing.T) {
+	const master NodeID = 9
+	m := NewMember(Config{ID: 1, Master: master, Members: []NodeID{1, 2}, Store: Memory}, newKV())
+	for round := range 3 {
+		for i := range 4 {
+			m.Step(Msg{Type: MsgUpdate, From: master, To: 1, ID: uint64(round*4 + i + 1), Op: fmt.Appendf(nil, "k%d=v", i)})
+		}
+		if len(m.ReadyReuse()) == 0 {
+			t.Fatalf("round %d: no messages", round)
+		}
+		for i, msg := range m.out[:cap(m.out)] {
+			if !reflect.DeepEqual(msg, Msg{}) {
+				t.Fatalf("round %d: the reused outbox's slot %d still holds %v", round, i, msg)
+			}
+		}
+	}
+}
