@@ -108,7 +108,7 @@ func testRejoinRetired(t *testing.T, restartBetween bool) {
 	if restartBetween {
 		want = "reopened the replica from its directory"
 	}
-	if !strings.Contains(n4.Logs(), want) {
+	if !testgroup.Until(5*time.Second, 20*time.Millisecond, func() bool { return strings.Contains(n4.Logs(), want) }) {
 		t.Errorf("node 4 does not log %q", want)
 	}
 	caughtUp(t, live, 2)
