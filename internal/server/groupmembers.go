@@ -682,18 +682,26 @@ func groupSlots(id cluster.GroupID, rs []cluster.SlotRange) string {
 
 // readGroupJoin reads a group directory's joinFile (ok false: none).
 func readGroupJoin(dir string) (joinRecord, bool, error) {
-	b, err := os.ReadFile(filepath.Join(dir, joinFile))
+	var jr joinRecord
+	ok, err := readRecord(dir, joinFile, &jr)
+	return jr, ok, err
+}
+
+// readRecord reads JSON record file name of directory dir into v (ok
+// false: there is none).
+func readRecord(dir, name string, v any) (bool, error) {
+	p := filepath.Join(dir, name)
+	b, err := os.ReadFile(p)
 	if errors.Is(err, os.ErrNotExist) {
-		return joinRecord{}, false, nil
+		return false, nil
 	}
 	if err != nil {
-		return joinRecord{}, false, fmt.Errorf("server: read %s: %w", filepath.Join(dir, joinFile), err)
+		return false, fmt.Errorf("server: read %s: %w", p, err)
 	}
-	var jr joinRecord
-	if err := json.Unmarshal(b, &jr); err != nil {
-		return joinRecord{}, false, fmt.Errorf("server: %s is corrupt: %w", filepath.Join(dir, joinFile), err)
+	if err := json.Unmarshal(b, v); err != nil {
+		return false, fmt.Errorf("server: %s is corrupt: %w", p, err)
 	}
-	return jr, true, nil
+	return true, nil
 }
 
 // writeGroupJoin records jr as the joinFile of group directory dir,

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -94,18 +93,9 @@ func (s *Server) rejoinRetired() {
 
 // readRetired reads group directory dir's retired record (ok false: none).
 func readRetired(dir string) (retiredRecord, bool, error) {
-	b, err := os.ReadFile(filepath.Join(dir, retiredFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return retiredRecord{}, false, nil
-	}
-	if err != nil {
-		return retiredRecord{}, false, fmt.Errorf("server: read %s: %w", filepath.Join(dir, retiredFile), err)
-	}
 	var r retiredRecord
-	if err := json.Unmarshal(b, &r); err != nil {
-		return retiredRecord{}, false, fmt.Errorf("server: %s is corrupt: %w", filepath.Join(dir, retiredFile), err)
-	}
-	return r, true, nil
+	ok, err := readRecord(dir, retiredFile, &r)
+	return r, ok, err
 }
 
 // removeRetiredRecord removes group id's retired record, durably (the
