@@ -34,9 +34,10 @@ import (
 //     the group's directory (joinFile) and opens the replica with it, an
 //     empty disk and no bootstrap, so it pulls the state (VR's new member);
 //   - a node whose replica of a group retired records that in the group's
-//     directory (retiredFile), which it never opens again, and stops
-//     routing to it; a node left with no group and no metadata replica
-//     retires as a single group's node does.
+//     directory (retiredFile), which a restart does not open, and stops
+//     routing to it, until a later epoch of the group names the node
+//     again (rejoin.go); a node left with no group and no metadata
+//     replica retires as a single group's node does.
 // A new node (kefir server --join, no --members) waits until the map names
 // it in a group (PrepareJoin), then starts as a node of the map's groups.
 
@@ -51,7 +52,13 @@ type groupsState struct {
 	// retiredH are replicas that retired: out of the routing, closed at
 	// shutdown (the node's engine handle may be one of theirs).
 	retiredH []cluster.Hosted
-	logged   map[cluster.GroupID]bool
+	// rejoinable: this node's VR replicas of data groups that retired
+	// (not for a removed group), by group, still open (in retiredH, or
+	// still hosted as the node's last data group): the replica takes part
+	// again if a later epoch names this node (VR's start-epoch), and
+	// rejoinRetired then un-retires it.
+	rejoinable map[cluster.GroupID]retiredReplica
+	logged     map[cluster.GroupID]bool
 	// asked: when the map was last asked of the other nodes for a leaving
 	// replica (askMap); asking: one is in flight.
 	asked  time.Time
@@ -94,7 +101,7 @@ func (s *Server) startGroupsWatch() {
 	}
 	gs := &groupsState{joining: map[cluster.GroupID]bool{}, next: map[cluster.GroupID]time.Time{},
 		logged: map[cluster.GroupID]bool{}, recorded: map[cluster.GroupID]time.Time{}, retired: make(chan struct{}),
-		masters: map[cluster.GroupID]cluster.HostedChainMaster{}}
+		masters: map[cluster.GroupID]cluster.HostedChainMaster{}, rejoinable: map[cluster.GroupID]retiredReplica{}}
 	s.groups = gs
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -175,6 +182,7 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 			}
 		}
 	}
+	s.rejoinRetired()
 	if cm == nil {
 		return false
 	}
@@ -221,16 +229,27 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 		if busy {
 			continue
 		}
+		rejoin := false
 		if s.cfg.FS == nil {
-			if err := CheckRetired(groupDir(s.cfg.DataDir, id)); err != nil {
+			r, retired, err := readRetired(groupDir(s.cfg.DataDir, id))
+			if err == nil && retired {
+				gs.mu.Lock()
+				_, open := gs.rejoinable[id]
+				gs.mu.Unlock()
+				rejoin = !open && s.mayRejoin(&g, r)
+			}
+			if err != nil || (retired && !rejoin) {
 				// An old map (this node's replica of the metadata group
-				// lags) may still name it: never rejoin.
+				// lags) may still name it, at the epoch it retired at or
+				// an earlier one: never rejoin that (nor a removed group,
+				// nor the metadata or a chain group). A replica still
+				// open rejoins by itself (rejoinRetired).
 				gs.mu.Lock()
 				delete(gs.joining, id)
 				gs.next[id] = time.Now().Add(time.Second)
-				if !gs.logged[id] {
+				if _, open := gs.rejoinable[id]; !gs.logged[id] && !open {
 					gs.logged[id] = true
-					s.log.Warn("the map names this node in a group its replica retired from: not rejoining", "group", uint64(id), "map_epoch", cm.Epoch)
+					s.log.Warn("the map names this node in a group its replica retired from: not rejoining", "group", uint64(id), "map_epoch", cm.Epoch, "retired_at_epoch", r.Epoch, "err", err)
 				}
 				gs.mu.Unlock()
 				continue
@@ -238,7 +257,9 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 		}
 		members := slices.Clone(g.Members)
 		join := s.joinGroup
-		if joiningChain(&g, s.cfg.ReplicaID) {
+		if rejoin {
+			join = s.rejoinGroup
+		} else if joiningChain(&g, s.cfg.ReplicaID) {
 			metas := cm.MetaMembers()
 			join = func(ctx context.Context, id cluster.GroupID, members []uint64) error {
 				return s.joinChain(id, members, metas)
@@ -568,6 +589,11 @@ func (s *Server) retireGroup(lg cluster.LocalGroup, removedAt uint64) bool {
 			}
 		}
 	}
+	if rc, ok := lg.Hosted.Group.(cluster.Reconfigurable); ok && removedAt == 0 && id != cluster.MetaGroupID {
+		gs.mu.Lock()
+		gs.rejoinable[id] = retiredReplica{lg: lg, rc: rc, epoch: m.Epoch}
+		gs.mu.Unlock()
+	}
 	if h, ok := s.multi.RemoveGroup(id); ok {
 		if removedAt > 0 && h.Engine != s.db {
 			if err := h.Replica.Close(); err != nil {
@@ -656,18 +682,26 @@ func groupSlots(id cluster.GroupID, rs []cluster.SlotRange) string {
 
 // readGroupJoin reads a group directory's joinFile (ok false: none).
 func readGroupJoin(dir string) (joinRecord, bool, error) {
-	b, err := os.ReadFile(filepath.Join(dir, joinFile))
+	var jr joinRecord
+	ok, err := readRecord(dir, joinFile, &jr)
+	return jr, ok, err
+}
+
+// readRecord reads JSON record file name of directory dir into v (ok
+// false: there is none).
+func readRecord(dir, name string, v any) (bool, error) {
+	p := filepath.Join(dir, name)
+	b, err := os.ReadFile(p)
 	if errors.Is(err, os.ErrNotExist) {
-		return joinRecord{}, false, nil
+		return false, nil
 	}
 	if err != nil {
-		return joinRecord{}, false, fmt.Errorf("server: read %s: %w", filepath.Join(dir, joinFile), err)
+		return false, fmt.Errorf("server: read %s: %w", p, err)
 	}
-	var jr joinRecord
-	if err := json.Unmarshal(b, &jr); err != nil {
-		return joinRecord{}, false, fmt.Errorf("server: %s is corrupt: %w", filepath.Join(dir, joinFile), err)
+	if err := json.Unmarshal(b, v); err != nil {
+		return false, fmt.Errorf("server: %s is corrupt: %w", p, err)
 	}
-	return jr, true, nil
+	return true, nil
 }
 
 // writeGroupJoin records jr as the joinFile of group directory dir,
@@ -691,31 +725,9 @@ func writeGroupJoin(dir string, jr joinRecord) error {
 // it too; it is recorded in the group's directory before the replica opens
 // (a restart opens it from there), and the replica pulls the state.
 func (s *Server) joinGroup(ctx context.Context, id cluster.GroupID, members []uint64) error {
-	var seeds []string
-	for _, m := range members {
-		if m == s.cfg.ReplicaID {
-			continue
-		}
-		if n, ok := s.multi.Node(m); ok && n.ClientAddr != "" {
-			seeds = append(seeds, n.ClientAddr)
-		}
-	}
-	if len(seeds) == 0 {
-		return fmt.Errorf("no other member of group %d has a known address", id)
-	}
-	mv := s.nodeMover(seeds)
-	defer mv.Close()
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	gc, err := mv.GroupConfigOf(cctx, id)
+	gc, err := s.groupConfig(ctx, id, members)
 	if err != nil {
 		return err
-	}
-	if !slices.Contains(gc.Members, s.cfg.ReplicaID) {
-		return fmt.Errorf("group %d's configuration (%s) does not name this node yet", id, gc)
-	}
-	if gc.Cluster != s.cfg.ClusterID {
-		return fmt.Errorf("%w: group %d is of cluster %d, this node of cluster %d", ErrStaleConfig, id, gc.Cluster, s.cfg.ClusterID)
 	}
 	jr, err := s.groupJoinRecord(id, gc)
 	if err != nil {
@@ -746,6 +758,39 @@ func (s *Server) joinGroup(ctx context.Context, id cluster.GroupID, members []ui
 	}
 	s.log.Info("named by the map in a group: joined it as a new member", "group", uint64(id), "config", gc.String())
 	return nil
+}
+
+// groupConfig asks group id's other members (members, as the map names
+// them) for its configuration, which must name this node and be of its
+// cluster.
+func (s *Server) groupConfig(ctx context.Context, id cluster.GroupID, members []uint64) (cluster.GroupConfig, error) {
+	var seeds []string
+	for _, m := range members {
+		if m == s.cfg.ReplicaID {
+			continue
+		}
+		if n, ok := s.multi.Node(m); ok && n.ClientAddr != "" {
+			seeds = append(seeds, n.ClientAddr)
+		}
+	}
+	if len(seeds) == 0 {
+		return cluster.GroupConfig{}, fmt.Errorf("no other member of group %d has a known address", id)
+	}
+	mv := s.nodeMover(seeds)
+	defer mv.Close()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	gc, err := mv.GroupConfigOf(cctx, id)
+	if err != nil {
+		return cluster.GroupConfig{}, err
+	}
+	if !slices.Contains(gc.Members, s.cfg.ReplicaID) {
+		return cluster.GroupConfig{}, fmt.Errorf("group %d's configuration (%s) does not name this node yet", id, gc)
+	}
+	if gc.Cluster != s.cfg.ClusterID {
+		return cluster.GroupConfig{}, fmt.Errorf("%w: group %d is of cluster %d, this node of cluster %d", ErrStaleConfig, id, gc.Cluster, s.cfg.ClusterID)
+	}
+	return gc, nil
 }
 
 // slotsOf is group id's slot ranges in sm (none: not a group of it).
@@ -862,6 +907,7 @@ func (s *Server) retireChainMember(lg cluster.LocalGroup, g *kv.MapGroup) bool {
 	}
 	gs := s.groups
 	gs.mu.Lock()
+	delete(gs.rejoinable, lg.Spec.ID) // a chain member never takes part again
 	var h *cluster.Hosted
 	if n := len(gs.retiredH); n > 0 && gs.retiredH[n-1].Replica == lg.Hosted.Replica && lg.Hosted.Engine != s.db {
 		h = &gs.retiredH[n-1]

@@ -250,49 +250,11 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 			}
 		}
 		opened[g.ID] = true
-		ms := make([]Member, len(g.Members))
-		for i, id := range g.Members {
-			ms[i] = byID[id]
-		}
-		dir := groupDir(cfg.DataDir, g.ID)
-		clusterID := cluster.GroupClusterID(cfg.ClusterID, g.ID)
-		if cfg.FS == nil {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return cluster.Hosted{}, fmt.Errorf("server: create %s: %w", dir, err)
-			}
-			_, slots, _ := strings.Cut(cluster.FormatGroups([]cluster.GroupSpec{{ID: g.ID, Slots: g.Slots}}), ":")
-			if err := checkIdentity(dir, replicaIdentity{Cluster: clusterID, Replica: cfg.ReplicaID, Members: g.Members, Slots: slots}); err != nil {
-				return cluster.Hosted{}, err
-			}
-		}
-		spec := s.replicaSpec(filepath.Join(dir, "vr"))
-		spec.Logger = s.log.With("component", "vr", "group", uint64(g.ID))
-		spec.Cluster, spec.Members, spec.Group, spec.Transport = clusterID, ms, g.ID, tr
-		// Neither the nilext fast path nor follower-served reads span
-		// groups (Config.validateGroups refuses both; off here whatever
-		// the config says): a cluster's cross-client-monotonic reads are
-		// its leaders' (cluster.Multi.CheckConsistency).
-		spec.Nilext, spec.FollowerReads = false, false
-		open := cfg.OpenReplica
-		if g.Engine == kv.EngineChain {
-			// A chain group of --chain-groups: its masters run at the
-			// metadata group's members, computed from --members as
-			// openMeta does.
-			ids := make([]uint64, len(cfg.Members))
-			for i, m := range cfg.Members {
-				ids[i] = m.ID
-			}
-			open, spec.ChainMasters = cfg.OpenChainReplica, cluster.MetaMembers(ids)
-			if open == nil {
-				return cluster.Hosted{}, fmt.Errorf("server: group %d of --chain-groups: this node has no chain engine (Config.OpenChainReplica)", g.ID)
-			}
-			spec.Logger = s.log.With("component", "chain", "group", uint64(g.ID))
-		}
-		h, err := open(spec)
+		lg, err := s.openStaticGroup(tr, g, byID)
 		if err != nil {
-			return cluster.Hosted{}, fmt.Errorf("server: group %d: %w", g.ID, err)
+			return cluster.Hosted{}, err
 		}
-		locals = append(locals, cluster.LocalGroup{Spec: g, Hosted: h})
+		locals = append(locals, lg)
 	}
 	// Groups this node joined after it started (the map named it there).
 	if cfg.FS == nil {
@@ -321,6 +283,56 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 	}
 	s.multi = m
 	return cluster.Hosted{Replica: m, Group: m, Engine: locals[0].Hosted.Engine, Transport: tr}, nil
+}
+
+// openStaticGroup opens this node's replica of group g of --groups (a
+// member of it there) on transport tr, in its directory as it is; byID are
+// --members' addresses.
+func (s *Server) openStaticGroup(tr *transport.Transport, g cluster.GroupSpec, byID map[uint64]Member) (cluster.LocalGroup, error) {
+	cfg := s.cfg
+	ms := make([]Member, len(g.Members))
+	for i, id := range g.Members {
+		ms[i] = byID[id]
+	}
+	dir := groupDir(cfg.DataDir, g.ID)
+	clusterID := cluster.GroupClusterID(cfg.ClusterID, g.ID)
+	if cfg.FS == nil {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return cluster.LocalGroup{}, fmt.Errorf("server: create %s: %w", dir, err)
+		}
+		_, slots, _ := strings.Cut(cluster.FormatGroups([]cluster.GroupSpec{{ID: g.ID, Slots: g.Slots}}), ":")
+		if err := checkIdentity(dir, replicaIdentity{Cluster: clusterID, Replica: cfg.ReplicaID, Members: g.Members, Slots: slots}); err != nil {
+			return cluster.LocalGroup{}, err
+		}
+	}
+	spec := s.replicaSpec(filepath.Join(dir, "vr"))
+	spec.Logger = s.log.With("component", "vr", "group", uint64(g.ID))
+	spec.Cluster, spec.Members, spec.Group, spec.Transport = clusterID, ms, g.ID, tr
+	// Neither the nilext fast path nor follower-served reads span
+	// groups (Config.validateGroups refuses both; off here whatever
+	// the config says): a cluster's cross-client-monotonic reads are
+	// its leaders' (cluster.Multi.CheckConsistency).
+	spec.Nilext, spec.FollowerReads = false, false
+	open := cfg.OpenReplica
+	if g.Engine == kv.EngineChain {
+		// A chain group of --chain-groups: its masters run at the
+		// metadata group's members, computed from --members as
+		// openMeta does.
+		ids := make([]uint64, len(cfg.Members))
+		for i, m := range cfg.Members {
+			ids[i] = m.ID
+		}
+		open, spec.ChainMasters = cfg.OpenChainReplica, cluster.MetaMembers(ids)
+		if open == nil {
+			return cluster.LocalGroup{}, fmt.Errorf("server: group %d of --chain-groups: this node has no chain engine (Config.OpenChainReplica)", g.ID)
+		}
+		spec.Logger = s.log.With("component", "chain", "group", uint64(g.ID))
+	}
+	h, err := open(spec)
+	if err != nil {
+		return cluster.LocalGroup{}, fmt.Errorf("server: group %d: %w", g.ID, err)
+	}
+	return cluster.LocalGroup{Spec: g, Hosted: h}, nil
 }
 
 // storageOptions are the storage engine's settings from the node's Config,
