@@ -363,6 +363,27 @@ func TestSimReconfigurationKeepRetired(t *testing.T) {
 	}
 }
 
+// TestSimReconfigurationKeepRetiredPowerFailure: the same with the power
+// cut on every slot at once (a retired replica restarts from its kept disk,
+// a torn batch may have lost its newest membership record).
+func TestSimReconfigurationKeepRetiredPowerFailure(t *testing.T) {
+	o := defaultSimOptions()
+	back := 0
+	sim.Explore(t, 1, seedCount(30, 600), func(seed uint64, trace io.Writer) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		s, h, rc := reconfigRunWith(seed, o, trace, powerFailures, powerFailureHook, func(rc *reconfigSim) { rc.keepRetired = true })
+		back += rc.readopted
+		return judgeReconfig(s, h, rc)
+	})
+	if back == 0 {
+		t.Fatal("no retired replica became a member again")
+	}
+}
+
 // TestSimReconfigurationPowerFailure: the same with slow fsyncs (many
 // writes in flight unsynced, torn batches) and the power cut twice on every
 // slot at once: each restarts in the configuration its disk kept, a torn
