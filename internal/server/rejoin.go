@@ -18,12 +18,13 @@ import (
 // placement that picks it again; issue 28, docs/design/cluster.md
 // "Rejoining a group"). The retired record (retiredFile) says "this
 // replica left at epoch E"; a later epoch that names the node makes it a
-// member again, and the replica's kept log — a prefix of the group's
-// committed history, since a VR replica retires only after its leaving
-// epoch's last op committed — is a lagging member's: VR's joining member
-// pulls the committed ops (or a snapshot) after its commit point, drops a
-// suffix that differs from them, and neither votes nor acknowledges before
-// it holds the epoch's start. So the node un-retires rather than trusting
+// member again, and the replica's kept log — committed up to its commit
+// point, and past it perhaps ops that never committed (a replica told of
+// the epoch it left by a start-epoch keeps its log as it was) — is a
+// lagging member's: VR's joining member pulls the committed ops (or a
+// snapshot) after its commit point, drops its log from the first entry
+// that differs from them, and neither votes nor acknowledges before it
+// holds the epoch's start (vr's TestSimReconfigurationKeepRetired). So the node un-retires rather than trusting
 // or wiping anything itself:
 //   - a retired replica still open (retiredH, or kept hosted as the node's
 //     last data group) takes part by itself when the new epoch's members

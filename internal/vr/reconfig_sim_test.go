@@ -86,6 +86,13 @@ type reconfigSim struct {
 	joined    int // spares started as new members
 	stopped   int // retired members stopped
 	snapshots int // snapshots installed in a reconfigured epoch
+	// keepRetired: the host keeps a retired replica open (it takes part
+	// again if a later epoch names it) and reopens a retired slot from its
+	// kept disk once the latest configuration names it again, as
+	// kefir's server does (internal/server/rejoin.go), instead of
+	// stopping it and starting a re-added slot from an empty disk.
+	keepRetired bool
+	readopted   int // retired replicas that became members again
 }
 
 func newReconfigSim(initial int) *reconfigSim {
@@ -103,6 +110,9 @@ func (rc *reconfigSim) runs(id sim.Addr, m *Membership, recs [][]byte) bool {
 	}
 	if slices.Contains(m.Members, replicaID(id)) {
 		return true
+	}
+	if rc.keepRetired && rc.latest.Epoch > m.Epoch && slices.Contains(rc.latest.Members, replicaID(id)) {
+		return true // named again: reopened from its kept disk
 	}
 	retired := false
 	for _, rec := range recs {
@@ -164,6 +174,16 @@ func (n *simReplica) spareStep(ev sim.Event) {
 // maybeStop: the host stops a retired replica.
 func (n *simReplica) maybeStop() {
 	if n.o.reconfig == nil || n.core == nil || !n.core.Info().Retired {
+		return
+	}
+	if n.o.reconfig.keepRetired {
+		if !n.keptRetired {
+			n.keptRetired = true
+			n.out.Persist = append(n.out.Persist, []byte{recRetired})
+			n.recs++
+			n.out.Sync = true
+			n.o.reconfig.stopped++
+		}
 		return
 	}
 	n.out.Persist = append(n.out.Persist, []byte{recRetired})
@@ -260,8 +280,11 @@ func reconfigRun(seed uint64, o simOptions, trace io.Writer) (*sim.Sim, check.Hi
 
 // reconfigRunWith is reconfigRun with tweak applied to the options and
 // hook to the simulation as well (power cuts).
-func reconfigRunWith(seed uint64, o simOptions, trace io.Writer, tweak func(*sim.Options), hook func(*sim.Sim)) (*sim.Sim, check.History, *reconfigSim) {
+func reconfigRunWith(seed uint64, o simOptions, trace io.Writer, tweak func(*sim.Options), hook func(*sim.Sim), rcTweak ...func(*reconfigSim)) (*sim.Sim, check.History, *reconfigSim) {
 	rc := newReconfigSim(3)
+	for _, f := range rcTweak {
+		f(rc)
+	}
 	o.reconfig = rc
 	var s *sim.Sim
 	s, h := simRunHook(seed, o, trace, func(so *sim.Options) {
@@ -314,6 +337,50 @@ func TestSimReconfiguration(t *testing.T) {
 		asked, epochs, joined, stopped, snaps, ops, ok, crashes)
 	if epochs == 0 || joined == 0 || stopped == 0 || snaps == 0 {
 		t.Fatalf("the runs did not exercise reconfiguration: %d epochs, %d joins, %d stops, %d snapshots", epochs, joined, stopped, snaps)
+	}
+}
+
+// TestSimReconfigurationKeepRetired: retired replicas kept open and
+// reopened from their kept disks when a later epoch names them again
+// (kefir's rejoin: its log may hold ops of a view that was replaced, from
+// before it retired).
+func TestSimReconfigurationKeepRetired(t *testing.T) {
+	o := defaultSimOptions()
+	var stopped, back int
+	sim.Explore(t, 1, seedCount(40, 1000), func(seed uint64, trace io.Writer) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		s, h, rc := reconfigRunWith(seed, o, trace, nil, nil, func(rc *reconfigSim) { rc.keepRetired = true })
+		stopped, back = stopped+rc.stopped, back+rc.readopted
+		return judgeReconfig(s, h, rc)
+	})
+	t.Logf("retired %d, members again %d", stopped, back)
+	if stopped == 0 || back == 0 {
+		t.Fatalf("the runs did not exercise a retired replica named again: %d retired, %d back", stopped, back)
+	}
+}
+
+// TestSimReconfigurationKeepRetiredPowerFailure: the same with the power
+// cut on every slot at once (a retired replica restarts from its kept disk,
+// a torn batch may have lost its newest membership record).
+func TestSimReconfigurationKeepRetiredPowerFailure(t *testing.T) {
+	o := defaultSimOptions()
+	back := 0
+	sim.Explore(t, 1, seedCount(30, 600), func(seed uint64, trace io.Writer) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		s, h, rc := reconfigRunWith(seed, o, trace, powerFailures, powerFailureHook, func(rc *reconfigSim) { rc.keepRetired = true })
+		back += rc.readopted
+		return judgeReconfig(s, h, rc)
+	})
+	if back == 0 {
+		t.Fatal("no retired replica became a member again")
 	}
 }
 

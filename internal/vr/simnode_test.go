@@ -248,13 +248,15 @@ type parkedRead struct {
 }
 
 type simReplica struct {
-	id    sim.Addr
-	o     simOptions
-	core  *Replica
-	state *simkv.Store
-	out   sim.Ready
-	recs  int
-	seqAt []struct {
+	// keptRetired: a retired replica the host keeps (reconfigSim.keepRetired).
+	keptRetired bool
+	id          sim.Addr
+	o           simOptions
+	core        *Replica
+	state       *simkv.Store
+	out         sim.Ready
+	recs        int
+	seqAt       []struct {
 		recs int
 		seq  uint64
 	}
@@ -345,6 +347,7 @@ func newSimReplica(o simOptions) sim.BootFactory {
 		core.mut = o.mut
 		n := &simReplica{id: id, o: o, core: core, state: state, recs: len(b.Recovered), byCtx: map[uint64]parkedRead{}}
 		n.fs, n.recovering = b.FS, recovering
+		n.keptRetired = o.reconfig != nil && st.Membership != nil && !slices.Contains(st.Membership.Members, replicaID(id))
 		if reset {
 			n.dropLog()
 		}
@@ -380,6 +383,10 @@ func (n *simReplica) Step(ev sim.Event) {
 		if seq > 0 {
 			n.core.Persisted(seq)
 			if n.msPending != nil && seq >= n.msSeq {
+				if n.keptRetired && slices.Contains(n.msPending.Members, replicaID(n.id)) {
+					n.keptRetired = false
+					n.o.reconfig.readopted++
+				}
 				n.o.reconfig.note(n.msPending)
 				n.msPending = nil
 			}
