@@ -27,6 +27,21 @@ import (
 // metadata group's members (the three lowest ids).
 const node4Groups = "1=1,2,4:0-8191;2=4,3,1:8192-16383"
 
+// keysOfTwoGroups returns three keys (prefix plus a number) of node4Groups'
+// group 1 (slots 0-8191) and three of its group 2.
+func keysOfTwoGroups(prefix string) []string {
+	var keys []string
+	for i, n1, n2 := 0, 0, 0; n1 < 3 || n2 < 3; i++ {
+		k := prefix + strconv.Itoa(i)
+		if s := kv.KeySlot([]byte(k)); s <= 8191 && n1 < 3 {
+			keys, n1 = append(keys, k), n1+1
+		} else if s > 8191 && n2 < 3 {
+			keys, n2 = append(keys, k), n2+1
+		}
+	}
+	return keys
+}
+
 // groupConfigOf asks a node for data group g's configuration.
 func groupConfigOf(t *testing.T, addr string, g int) (kcluster.GroupConfig, error) {
 	t.Helper()
@@ -80,15 +95,7 @@ func TestGroupsReplaceAFailedNode(t *testing.T) {
 	g := cluster.StartGroups(t, 4, node4Groups)
 	g.WaitLeaders(20 * time.Second)
 	// Keys of both groups: three in group 1's slots, three in group 2's.
-	var keys []string
-	for i, n1, n2 := 0, 0, 0; n1 < 3 || n2 < 3; i++ {
-		k := "m" + strconv.Itoa(i)
-		if s := kv.KeySlot([]byte(k)); s <= 8191 && n1 < 3 {
-			keys, n1 = append(keys, k), n1+1
-		} else if s > 8191 && n2 < 3 {
-			keys, n2 = append(keys, k), n2+1
-		}
-	}
+	keys := keysOfTwoGroups("m")
 	live := g.Addrs()[:3]
 	var cut atomic.Bool
 	var afterCut [2]atomic.Int64 // acknowledged after the replacement, by group

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -28,15 +27,7 @@ import (
 func TestGroupsReplaceAFailedNodeOnTheClustersNodes(t *testing.T) {
 	g := cluster.StartGroups(t, 4, node4Groups)
 	g.WaitLeaders(20 * time.Second)
-	var keys []string
-	for i, n1, n2 := 0, 0, 0; n1 < 3 || n2 < 3; i++ {
-		k := "p" + strconv.Itoa(i)
-		if s := kv.KeySlot([]byte(k)); s <= 8191 && n1 < 3 {
-			keys, n1 = append(keys, k), n1+1
-		} else if s > 8191 && n2 < 3 {
-			keys, n2 = append(keys, k), n2+1
-		}
-	}
+	keys := keysOfTwoGroups("p")
 	live := g.Addrs()[:3]
 	var cut atomic.Bool
 	var afterCut [2]atomic.Int64
