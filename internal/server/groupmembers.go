@@ -579,14 +579,6 @@ func (s *Server) retireGroup(lg cluster.LocalGroup, removedAt uint64) bool {
 	if rc, ok := lg.Hosted.Group.(cluster.Reconfigurable); ok {
 		m = rc.Membership()
 	}
-	if removedAt == 0 && slices.Contains(m.Members, s.cfg.ReplicaID) {
-		// A later epoch named this node again (VR's start-epoch) between
-		// the look at State and this read: the replica is a member, not
-		// retired. Recording it retired at that epoch would drop it from
-		// the routing and keep a restart from opening it (rejoining wants
-		// an epoch later than the record's), as before rejoin.go.
-		return false
-	}
 	r := retiredRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, Epoch: m.Epoch, Members: m.Members, RemovedAt: removedAt}
 	if s.cfg.FS == nil {
 		if _, err := os.Stat(filepath.Join(dir, retiredFile)); err != nil {
