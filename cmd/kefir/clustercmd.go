@@ -373,16 +373,8 @@ func runClusterRemoveGroup(args []string, stdout, stderr io.Writer) error {
 	case err != nil || stopped:
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "group %d is removed from the map at epoch %d; its members %v retire their replicas as they see it\n", *id, epoch, membersOf(cm, *id))
+	_, err = fmt.Fprintf(stdout, "group %d is removed from the map at epoch %d; its members %v retire their replicas as they see it\n", *id, epoch, groupMembersOf(cm, cluster.GroupID(*id)))
 	return err
-}
-
-// membersOf returns group id's members in cm.
-func membersOf(cm *kv.ClusterMap, id uint64) []uint64 {
-	if g, ok := cm.Group(id); ok {
-		return g.Members
-	}
-	return nil
 }
 
 // exitStuck is kefir cluster rebalance's exit status when the groups are
@@ -894,8 +886,8 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 			// said so (its leader records it within a second) may place
 			// old's replica elsewhere than the run that changed it; the
 			// group's own configuration decides, so it changes once.
-			if cur, err := gmv.GroupConfigOf(ctx, step.Group); err == nil && !slices.Contains(cur.Members, old) {
-				step.Members = cur.Members
+			if cur, err := gmv.GroupConfigOf(ctx, step.Group); err == nil {
+				step.Members = placedMembers(step.Members, cur.Members, old)
 			}
 		}
 		if catchUp >= 0 { // not --force
@@ -995,6 +987,18 @@ func chainChange(ctx context.Context, cmd string, mv *cluster.Mover, step cluste
 		}
 	}
 	return groupMembersOf(cm, step.Group), cm.Epoch, nil
+}
+
+// placedMembers is the members a placed replacement of old asks a group
+// for: the plan's (planned), unless the group's own configuration (cur)
+// no longer has old — a rerun after the group changed but before the map
+// said so, which the plan may place elsewhere — then cur, so the group
+// changes once.
+func placedMembers(planned, cur []uint64, old uint64) []uint64 {
+	if slices.Contains(cur, old) {
+		return planned
+	}
+	return cur
 }
 
 // groupName names group g for the operator.

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -97,5 +98,17 @@ func TestPlanAddGroupSkipsRemovedIDs(t *testing.T) {
 	}
 	if id, again, err := planAddGroup(cm, []uint64{1, 2, 3}, 0, kv.EngineVR); err != nil || id != 10 || again {
 		t.Fatalf("the next id past the removed ones: %d %v %v", id, again, err)
+	}
+}
+
+// A placed replace-node's rerun: a group whose own configuration no longer
+// has the old node keeps the members it has (it changed before the map
+// said so); otherwise the plan's.
+func TestPlacedMembers(t *testing.T) {
+	if got := placedMembers([]uint64{1, 2, 5}, []uint64{1, 2, 4}, 4); !slices.Equal(got, []uint64{1, 2, 5}) {
+		t.Errorf("old still a member: %v, want the plan's", got)
+	}
+	if got := placedMembers([]uint64{1, 2, 5}, []uint64{1, 2, 3}, 4); !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Errorf("the group changed already: %v, want its own members", got)
 	}
 }

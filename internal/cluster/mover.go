@@ -567,11 +567,12 @@ func (mv *Mover) claimAbort(ctx context.Context, from, to GroupID, rs []kv.SlotR
 	}
 }
 
-// slotsMeet reports whether ranges a and b share a slot.
+// slotsMeet reports whether ranges a and b share a slot: two inclusive
+// ranges meet when each starts no later than the other ends.
 func slotsMeet(a, b []kv.SlotRange) bool {
-	for _, r := range b {
-		for s := int(r.Start); s <= int(r.End); s++ {
-			if kv.InSlotRanges(uint16(s), a) {
+	for _, x := range a {
+		for _, y := range b {
+			if x.Start <= y.End && y.Start <= x.End {
 				return true
 			}
 		}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/kefirdb/kefir/internal/kv"
@@ -81,7 +82,7 @@ func PlanReplacePlaced(cm *kv.ClusterMap, old uint64, live func(id uint64) bool)
 			}
 		}
 		if best == 0 {
-			return nil, fmt.Errorf("no live node of the map can take node %d's place in group %d (members %v; the map's nodes %v, live %v): start a new node (kefir server --join) and name it with --new", old, g.ID, g.Members, nodeIDsOf(cm), sortedKeys(up))
+			return nil, fmt.Errorf("no live node of the map can take node %d's place in group %d (members %v; the map's nodes %v, live %v): start a new node (kefir server --join) and name it with --new", old, g.ID, g.Members, cm.NodeIDs(), slices.Sorted(maps.Keys(up)))
 		}
 		load[best]++
 		if !meta {
@@ -103,21 +104,4 @@ func PlanReplacePlaced(cm *kv.ClusterMap, old uint64, live func(id uint64) bool)
 		return nil, fmt.Errorf("node %d is a member of no data group (map epoch %d): only of the metadata group, which a node does not host alone", old, cm.Epoch)
 	}
 	return out, nil
-}
-
-func nodeIDsOf(cm *kv.ClusterMap) []uint64 {
-	ids := make([]uint64, len(cm.Nodes))
-	for i, n := range cm.Nodes {
-		ids[i] = n.ID
-	}
-	return ids
-}
-
-func sortedKeys(m map[uint64]bool) []uint64 {
-	ids := make([]uint64, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
 }

@@ -150,3 +150,25 @@ func TestPingAnswersWithinRetryFor(t *testing.T) {
 		t.Fatalf("PING of a node that never answers: %v after %v, want an error within about RetryFor", err, took)
 	}
 }
+
+// slotsMeet: ranges meet on a shared slot, whatever their order or split;
+// adjacent or disjoint ones do not (Mover.claimAbort refuses an abort whose
+// ranges meet a recorded move's but are not its ranges).
+func TestSlotsMeet(t *testing.T) {
+	r := func(a, b uint16) kv.SlotRange { return kv.SlotRange{Start: a, End: b} }
+	for _, c := range []struct {
+		a, b []kv.SlotRange
+		want bool
+	}{
+		{[]kv.SlotRange{r(0, 99)}, []kv.SlotRange{r(100, 199)}, false},
+		{[]kv.SlotRange{r(0, 99)}, []kv.SlotRange{r(99, 99)}, true},
+		{[]kv.SlotRange{r(10, 20)}, []kv.SlotRange{r(0, 100)}, true},
+		{[]kv.SlotRange{r(0, 5), r(50, 60)}, []kv.SlotRange{r(6, 49), r(61, 16383)}, false},
+		{[]kv.SlotRange{r(0, 5), r(50, 60)}, []kv.SlotRange{r(61, 70), r(55, 55)}, true},
+		{nil, []kv.SlotRange{r(0, 16383)}, false},
+	} {
+		if got := slotsMeet(c.a, c.b); got != c.want || slotsMeet(c.b, c.a) != c.want {
+			t.Errorf("slotsMeet(%v, %v) = %v, want %v (both ways)", c.a, c.b, got, c.want)
+		}
+	}
+}

@@ -162,11 +162,16 @@ func (m *ClusterMap) MetaMembers() []uint64 {
 	if m.Meta != nil {
 		return m.Meta
 	}
+	return DefaultMetaMembers(m.NodeIDs())
+}
+
+// NodeIDs returns the ids of the map's nodes, in the map's order.
+func (m *ClusterMap) NodeIDs() []uint64 {
 	ids := make([]uint64, len(m.Nodes))
 	for i, n := range m.Nodes {
 		ids[i] = n.ID
 	}
-	return DefaultMetaMembers(ids)
+	return ids
 }
 
 // MapNode is a node of the cluster: its id and addresses.
