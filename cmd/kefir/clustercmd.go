@@ -680,24 +680,15 @@ func planAddGroup(cm *kv.ClusterMap, members []uint64, id uint64, engine string)
 
 // planAddGroupPlaced is planAddGroup for a group placed by the command
 // (add-group without --members): r replicas on the map's live nodes
-// (cluster.PlaceGroup; live is asked only if a placement is needed). A
-// rerun must not place the group a second time, and it has no member list
-// to compare with, so a group of the map that could be the earlier run's
-// is taken as it: with id, that group if it is in the map, never
-// reconfigured, of r members and the engine; without, any such group that
-// also owns no slots (the state add-group leaves a group in). Adding a
-// second placed group before the first has slots therefore needs --id.
+// (cluster.PlaceGroup; live is asked only if a placement is needed),
+// unless the map has a group an earlier run added (cluster.PlacedEarlier:
+// a rerun must not place the group a second time).
 func planAddGroupPlaced(cm *kv.ClusterMap, r int, id uint64, engine string, live func() func(uint64) bool) (gid uint64, members []uint64, again bool, err error) {
 	if engine != kv.EngineChain && r%2 == 0 {
 		return 0, nil, false, fmt.Errorf("--replicas %d: a VR group needs an odd number (2f+1)", r)
 	}
-	earlier := func(g kv.MapGroup) bool {
-		return g.MemberEpoch == 0 && len(g.Members) == r && g.Engine == engine && (id != 0 || len(g.Slots) == 0)
-	}
-	for _, g := range cm.Groups {
-		if (id == 0 || g.ID == id) && earlier(g) {
-			return g.ID, slices.Clone(g.Members), true, nil
-		}
+	if g, ok := cluster.PlacedEarlier(cm, r, id, engine); ok {
+		return g.ID, slices.Clone(g.Members), true, nil
 	}
 	if members, err = cluster.PlaceGroup(cm, r, live()); err != nil {
 		return 0, nil, false, err

@@ -99,6 +99,24 @@ func PlaceGroup(cm *kv.ClusterMap, r int, live func(id uint64) bool) ([]uint64, 
 	return g.Members, nil
 }
 
+// PlacedEarlier returns the group of cm that an earlier run of a placed
+// add-group of r replicas of engine (and id, 0: the next) added, if cm has
+// one. A rerun must not place the group a second time, and it has no
+// member list to compare with, so a group that could be the earlier run's
+// is taken as it: with id, that group if it is in the map, never
+// reconfigured, of r members and the engine; without, the first such
+// group that also owns no slots (the state add-group leaves a group in).
+// Adding a second placed group before the first has slots therefore needs
+// an id.
+func PlacedEarlier(cm *kv.ClusterMap, r int, id uint64, engine string) (kv.MapGroup, bool) {
+	for _, g := range cm.Groups {
+		if (id == 0 || g.ID == id) && g.MemberEpoch == 0 && len(g.Members) == r && g.Engine == engine && (id != 0 || len(g.Slots) == 0) {
+			return g, true
+		}
+	}
+	return kv.MapGroup{}, false
+}
+
 // PlaceMembers returns the nodes that grow group g of cm to r members
 // (kefir cluster add-members --replicas r without --new), chosen by
 // placement's rule among the nodes live reports up and not in g — for the
