@@ -172,17 +172,28 @@ func (d *drainRun) placedJob(ctx context.Context, mv *kcluster.Mover) (any, erro
 			c.node[d.spare[ch.Group]] = on
 			d.log = append(d.log, fmt.Sprintf("%v: group %d's replica of node %d placed on node %d: %v", d.s.Now(), ch.Group, old, on+1, members))
 		}
-		gc, err := mv.ReconfigureGroup(ctx, ch.Group, members)
+		gc, err := d.change(ctx, mv, ch.Group, members)
 		if err != nil {
 			return out, err
 		}
-		if _, err := mv.SetMembers(ctx, ch.Group, gc.Epoch, gc.Members); err != nil {
-			return out, err
-		}
-		d.joined(ch.Group, gc)
 		out = append(out, gc)
 	}
 	return out, nil
+}
+
+// change is one group's step of replace-node: the group reconfigured to
+// members (nodes) at its leader, the members it answered recorded in the
+// map (SETMEMBERS), and its new member opened (joined).
+func (d *drainRun) change(ctx context.Context, mv *kcluster.Mover, g kcluster.GroupID, members []uint64) (kcluster.GroupConfig, error) {
+	gc, err := mv.ReconfigureGroup(ctx, g, members)
+	if err != nil {
+		return gc, err
+	}
+	if _, err := mv.SetMembers(ctx, g, gc.Epoch, gc.Members); err != nil {
+		return gc, err
+	}
+	d.joined(g, gc)
+	return gc, nil
 }
 
 func (d *drainRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
@@ -212,14 +223,10 @@ func (d *drainRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
 		}
 		var out []kcluster.GroupConfig
 		for _, ch := range plan {
-			gc, err := mv.ReconfigureGroup(ctx, ch.Group, ch.Members)
+			gc, err := d.change(ctx, mv, ch.Group, ch.Members)
 			if err != nil {
 				return out, err
 			}
-			if _, err := mv.SetMembers(ctx, ch.Group, gc.Epoch, gc.Members); err != nil {
-				return out, err
-			}
-			d.joined(ch.Group, gc)
 			out = append(out, gc)
 		}
 		return out, nil

@@ -153,20 +153,7 @@ func TestGroupsPlaceANewGroupAndItsMembers(t *testing.T) {
 		t.Fatalf("the map after move-slots: %+v", cm)
 	}
 	c := dialGroup(t, []string{g.Nodes[4].ClientAddr, g.Nodes[1].ClientAddr})
-	in3 := map[string]string{}
-	for i := 0; len(in3) < 20; i++ {
-		k := "p3-" + strconv.Itoa(i)
-		if kv.KeySlot([]byte(k)) > 99 {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		err := c.Put(ctx, k, []byte("v"+k), client.WithDurability(client.Sync))
-		cancel()
-		if err != nil {
-			t.Fatalf("a write to group 3: %v", err)
-		}
-		in3[k] = "v" + k
-	}
+	in3 := putInSlots(t, c, "p3-", "group 3", func(slot uint16) bool { return slot <= 99 })
 	readBack(t, g.Nodes[4].ClientAddr, in3)
 
 	e2 := mapOf().Epoch
@@ -195,4 +182,26 @@ func TestGroupsPlaceANewGroupAndItsMembers(t *testing.T) {
 	if out, err := kefirCluster(t, "add-members", addr, "--group", "3", "--replicas", "5"); err != nil || !strings.Contains(out, "nothing left to do") {
 		t.Fatalf("add-members again: %v\n%s", err, out)
 	}
+}
+
+// putInSlots writes 20 keys named prefix+i whose slots in accepts, each
+// acknowledged durable (sync), through c, and returns them with their
+// values (what names the slots' owner in a failure).
+func putInSlots(t *testing.T, c *client.Client, prefix, what string, in func(slot uint16) bool) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for i := 0; len(out) < 20; i++ {
+		k := prefix + strconv.Itoa(i)
+		if !in(kv.KeySlot([]byte(k))) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err := c.Put(ctx, k, []byte("v"+k), client.WithDurability(client.Sync))
+		cancel()
+		if err != nil {
+			t.Fatalf("a write to %s (key %s): %v", what, k, err)
+		}
+		out[k] = "v" + k
+	}
+	return out
 }
