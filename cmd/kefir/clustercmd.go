@@ -1083,8 +1083,8 @@ func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g c
 		return nil, err
 	}
 	var ids []uint64
-	if cur, err := mv.GroupConfigOf(ctx, g); err == nil && len(cur.Members) == r && !slices.ContainsFunc(ms, func(id uint64) bool { return !slices.Contains(cur.Members, id) }) {
-		ids = slices.DeleteFunc(slices.Clone(cur.Members), func(id uint64) bool { return slices.Contains(ms, id) })
+	if cur, err := mv.GroupConfigOf(ctx, g); err == nil && grownAlready(ms, cur.Members, r) != nil {
+		ids = grownAlready(ms, cur.Members, r)
 		fmt.Fprintf(stderr, "kefir cluster: %s has grown to %v already (the map does not say so yet): recording it\n", groupName(g), cur.Members)
 	} else {
 		live := liveNodes(ctx, mv, cm, 0)
@@ -1098,6 +1098,17 @@ func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g c
 		news[i] = cluster.Member{ID: id}
 	}
 	return news, nil
+}
+
+// grownAlready is what a placed add-members' rerun asks for again: the
+// members of the group's own configuration cur beyond the map's ms, if cur
+// has r members and every one of ms — the group grew to r before the map
+// said so, and those are the earlier run's choice; nil otherwise (place).
+func grownAlready(ms, cur []uint64, r int) []uint64 {
+	if len(cur) != r || len(cur) <= len(ms) || slices.ContainsFunc(ms, func(id uint64) bool { return !slices.Contains(cur, id) }) {
+		return nil
+	}
+	return slices.DeleteFunc(slices.Clone(cur), func(id uint64) bool { return slices.Contains(ms, id) })
 }
 
 // placedMembers is the members a placed replacement of old asks a group

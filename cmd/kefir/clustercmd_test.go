@@ -161,3 +161,24 @@ func TestPlanAddGroupPlaced(t *testing.T) {
 		t.Fatalf("two live nodes: %v", err)
 	}
 }
+
+// A placed add-members' rerun after the group grew but before the map said
+// so asks for the members the group has (the earlier run's choice), not a
+// new placement; otherwise nothing (the command places).
+func TestGrownAlready(t *testing.T) {
+	if got := grownAlready([]uint64{5, 2, 3}, []uint64{5, 2, 3, 4, 1}, 5); !slices.Equal(got, []uint64{4, 1}) {
+		t.Errorf("grown to five before the map said so: %v, want [4 1]", got)
+	}
+	for _, c := range []struct {
+		cur []uint64
+		r   int
+	}{
+		{[]uint64{5, 2, 3}, 5},       // not grown yet
+		{[]uint64{5, 2, 4, 1, 6}, 5}, // not the map's members (another change)
+		{[]uint64{5, 2, 3, 4, 1}, 7}, // not the size asked for
+	} {
+		if got := grownAlready([]uint64{5, 2, 3}, c.cur, c.r); got != nil {
+			t.Errorf("cur %v, --replicas %d: %v, want nothing (place)", c.cur, c.r, got)
+		}
+	}
+}

@@ -123,14 +123,17 @@ func PlacedEarlier(cm *kv.ClusterMap, r int, id uint64, engine string) (kv.MapGr
 // metadata group, only nodes in a data group — in the order chosen; none
 // if g has r members or more already (a rerun once the map recorded the
 // growth). An error, before anything changes, when g is not a group of the
-// map or too few nodes are up. PlanAddMembers checks the rest (a chain, an
-// even count).
+// map, is a chain (PlanAddMembers' refusal) or too few nodes are up.
+// PlanAddMembers checks the rest (an even count).
 func PlaceMembers(cm *kv.ClusterMap, g GroupID, r int, live func(id uint64) bool) ([]uint64, error) {
 	i := slices.IndexFunc(mapGroups(cm), func(mg kv.MapGroup) bool { return mg.ID == uint64(g) })
 	if i < 0 {
 		return nil, fmt.Errorf("group %d is not a group of the cluster map (epoch %d)", g, cm.Epoch)
 	}
 	grp := mapGroups(cm)[i]
+	if grp.IsChain() {
+		return nil, errGrowChain(grp)
+	}
 	p := newPlacer(cm, live)
 	var out []uint64
 	for len(grp.Members)+len(out) < r {

@@ -262,6 +262,10 @@ func TestPlaceMembers(t *testing.T) {
 	if _, err := PlaceMembers(cm, 9, 5, all); err == nil || !strings.Contains(err.Error(), "group 9 is not a group") {
 		t.Fatalf("no such group: %v", err)
 	}
+	cm.Groups[1].Engine = kv.EngineChain
+	if _, err := PlaceMembers(cm, 2, 5, all); err == nil || !strings.Contains(err.Error(), "group 2 is a chain") {
+		t.Fatalf("a chain: %v", err)
+	}
 }
 
 // The placement tests catch a placement that forgets the liveness answer
