@@ -563,7 +563,7 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("add-group: %w; nothing changed", err)
 	}
 	if again && placed {
-		fmt.Fprintf(stderr, "kefir cluster: group %d (members %v, no slots, never reconfigured) is in the map already: taken as this command's earlier run (to add another group before giving this one slots, name it with --id)\n", id, members)
+		fmt.Fprintf(stderr, "kefir cluster: group %d (members %v) is in the map already, never reconfigured: taken as this command's earlier run (to add another group before giving this one slots, name it with --id)\n", id, members)
 	}
 	epoch := cm.Epoch
 	if !again {
