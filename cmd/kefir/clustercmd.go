@@ -137,8 +137,11 @@ const clusterUsage = `usage: kefir cluster COMMAND [flags] (each with --help)
                                                                  paced by a latency probe unless --page-pause is given
   status                                                         the metadata group's map, moves in flight, leaders
   add-node --id N --client-addr H:P --peer-addr H:P              record a node in the map
-  add-group --members A,B,C [--id G] [--engine vr|chain]         a new group on nodes of the map, owning no slots
-                                                                 until a rebalance or move-slots gives it some
+  add-group [--members A,B,C | --replicas R] [--id G] [--engine vr|chain]
+                                                                 a new group on nodes of the map, owning no slots
+                                                                 until a rebalance or move-slots gives it some;
+                                                                 without --members its R (3) replicas go to the
+                                                                 live nodes hosting the fewest replicas
   remove-group --id G [--by bytes|keys|load] [--page-pause D]    move every slot of a data group to the others, then
                                                                  take it out of the map; its members retire its replicas
   replace-node --old N [--new ID@PEER-ADDR/CLIENT-ADDR]           replace a failed node by a new one in every group it is in;
@@ -147,6 +150,8 @@ const clusterUsage = `usage: kefir cluster COMMAND [flags] (each with --help)
   remove-node --id N[,M...]                                       remove members of a single VR group (an odd number stays)
   add-members --group G --new ID[@PEER-ADDR/CLIENT-ADDR][,...]      grow a VR group (or the metadata group, 65535) by
                                                                  nodes, two at a time: they join and pull its state
+  add-members --group G --replicas N                              the same, to N members placed on the live nodes not
+                                                                 in it that host the fewest replicas
 every command takes --addr host:port,... (env KEFIR_ADDR), --password, --tls, --tls-insecure`
 
 // runClusterRebalance runs `kefir cluster rebalance`: it weighs each slot
@@ -480,13 +485,17 @@ func runClusterAddNode(args []string, stdout, stderr io.Writer) error {
 // new data group on nodes already in the map (add-node), recorded in the
 // metadata group's map (kv.KindMapAddGroup) with no slots; its members,
 // following the map, start its replicas (bootstrapped from the record).
-// Checked against the map before anything changes. A rerun after a crash
-// finds the group it added (the same members, no --id) and only waits.
+// Without --members its --replicas members are placed on the map's live
+// nodes (cluster.PlaceGroup). Checked against the map before anything
+// changes. A rerun after a crash finds the group it added (the same
+// members, or for a placed group one with no slots, never reconfigured,
+// of --replicas members: planAddGroupPlaced) and only waits.
 func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kefir cluster add-group", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	mover := clusterConnFlags(fs)
-	membersFlag := fs.String("members", "", "the new group's members: node ids of the map, comma-separated, in leader order (an odd number)")
+	membersFlag := fs.String("members", "", "the new group's members: node ids of the map, comma-separated, in leader order (an odd number); none: --replicas members placed on the map's live nodes, the least loaded first")
+	replicas := fs.Int("replicas", 3, "without --members: the new group's number of replicas (odd for a VR group), placed on that many distinct live nodes of the map, each the one hosting the fewest replicas (ties to the lower id)")
 	idFlag := fs.Uint64("id", 0, "the new group's id (default: one above the map's highest)")
 	engine := fs.String("engine", "vr", "the group's replication engine: vr, or chain (chain replication, head first in --members; its master runs at the metadata group's nodes)")
 	wait := fs.Duration("wait", 30*time.Second, "wait this long for the new group to have a leader (0: do not wait)")
@@ -496,8 +505,12 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 		}
 		return usageError{err}
 	}
-	if *membersFlag == "" || fs.NArg() != 0 {
-		return usageError{errors.New("add-group needs --members A,B,C")}
+	if fs.NArg() != 0 {
+		return usageError{errors.New("add-group takes flags only: --members A,B,C, or --replicas R to place the group")}
+	}
+	placed := *membersFlag == ""
+	if placed && *replicas < 1 {
+		return usageError{fmt.Errorf("add-group: --replicas %d: at least 1", *replicas)}
 	}
 	eng := kv.EngineVR
 	switch *engine {
@@ -508,12 +521,19 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 		return usageError{fmt.Errorf("add-group: --engine %q: vr or chain", *engine)}
 	}
 	var members []uint64
-	for _, f := range strings.Split(*membersFlag, ",") {
-		id, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
-		if err != nil || id == 0 {
-			return usageError{fmt.Errorf("add-group: member %q is not a node id", f)}
+	if !placed {
+		for _, f := range strings.Split(*membersFlag, ",") {
+			id, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+			if err != nil || id == 0 {
+				return usageError{fmt.Errorf("add-group: member %q is not a node id", f)}
+			}
+			members = append(members, id)
 		}
-		members = append(members, id)
+	}
+	explicitReplicas := false
+	fs.Visit(func(fl *flag.Flag) { explicitReplicas = explicitReplicas || fl.Name == "replicas" })
+	if !placed && explicitReplicas && *replicas != len(members) {
+		return usageError{fmt.Errorf("add-group: --replicas %d but --members names %d nodes: give one or the other", *replicas, len(members))}
 	}
 	mv := mover()
 	mv.RetryFor = 10 * time.Second
@@ -524,9 +544,26 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("add-group: the cluster map: %w", err)
 	}
-	id, again, err := planAddGroup(cm, members, *idFlag, eng)
+	var id uint64
+	var again bool
+	if placed {
+		// Asked lazily: a rerun that finds its group pings nobody.
+		live := func() func(uint64) bool {
+			up := liveNodes(ctx, mv, cm, 0)
+			return func(id uint64) bool { return up[id] }
+		}
+		id, members, again, err = planAddGroupPlaced(cm, *replicas, *idFlag, eng, live)
+		if err == nil && !again {
+			fmt.Fprintf(stderr, "kefir cluster: placing the new group's %d replicas on nodes %v\n", *replicas, members)
+		}
+	} else {
+		id, again, err = planAddGroup(cm, members, *idFlag, eng)
+	}
 	if err != nil {
 		return fmt.Errorf("add-group: %w; nothing changed", err)
+	}
+	if again && placed {
+		fmt.Fprintf(stderr, "kefir cluster: group %d (members %v) is in the map already, never reconfigured: taken as this command's earlier run (to add another group before giving this one slots, name it with --id)\n", id, members)
 	}
 	epoch := cm.Epoch
 	if !again {
@@ -641,6 +678,25 @@ func planAddGroup(cm *kv.ClusterMap, members []uint64, id uint64, engine string)
 	return id + 1, false, nil
 }
 
+// planAddGroupPlaced is planAddGroup for a group placed by the command
+// (add-group without --members): r replicas on the map's live nodes
+// (cluster.PlaceGroup; live is asked only if a placement is needed),
+// unless the map has a group an earlier run added (cluster.PlacedEarlier:
+// a rerun must not place the group a second time).
+func planAddGroupPlaced(cm *kv.ClusterMap, r int, id uint64, engine string, live func() func(uint64) bool) (gid uint64, members []uint64, again bool, err error) {
+	if engine != kv.EngineChain && r%2 == 0 {
+		return 0, nil, false, fmt.Errorf("--replicas %d: a VR group needs an odd number (2f+1)", r)
+	}
+	if g, ok := cluster.PlacedEarlier(cm, r, id, engine); ok {
+		return g.ID, slices.Clone(g.Members), true, nil
+	}
+	if members, err = cluster.PlaceGroup(cm, r, live()); err != nil {
+		return 0, nil, false, err
+	}
+	gid, again, err = planAddGroup(cm, members, id, engine)
+	return gid, members, again, err
+}
+
 // clusterConnFlags defines the flags every kefir cluster command reaches
 // the cluster with (--addr, --password, --tls, --tls-insecure) and returns
 // the Mover they make, to call after fs.Parse.
@@ -676,6 +732,7 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	old := fs.Uint64("old", 0, "replace-node: the member to replace (its node may be down)")
 	nw := fs.String("new", "", "replace-node: the new member as ID@PEER-ADDR/CLIENT-ADDR (start it with kefir server --join, before or after; none in a cluster of several groups: the map's live nodes take the old node's replicas); add-members: the new members, comma-separated (a node of the map by its id alone)")
 	ids := fs.String("id", "", "remove-node: the members to remove, comma-separated")
+	replicas := fs.Int("replicas", 0, "add-members without --new, in a cluster of several groups: grow the group to this many members (odd), the new ones placed on the map's live nodes not in it, each the one hosting the fewest replicas (ties to the lower id); a rerun once the group has them does nothing")
 	timeout := fs.Duration("timeout", time.Minute, "deadline for the whole command")
 	asJSON := fs.Bool("json", false, "print the new configuration as JSON")
 	force := fs.Bool("force", false, "change a group even if the members its last change added have not caught up with it yet (by default the command waits --catch-up-wait for them, then refuses)")
@@ -696,8 +753,17 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	var added []cluster.Member
 	switch cmd {
 	case "add-members":
-		if *nw == "" || *old != 0 || *ids != "" {
-			return usageError{errors.New("add-members needs --new ID[@PEER-ADDR/CLIENT-ADDR][,...] (and --group G in a cluster of several groups)")}
+		if (*nw == "") == (*replicas == 0) || *old != 0 || *ids != "" {
+			return usageError{errors.New("add-members needs --new ID[@PEER-ADDR/CLIENT-ADDR][,...], or --replicas N to place the new members (and --group G in a cluster of several groups)")}
+		}
+		if *replicas != 0 {
+			if *replicas < 0 || *replicas%2 == 0 {
+				return usageError{fmt.Errorf("--replicas %d: a VR group's size, odd (2f+1)", *replicas)}
+			}
+			change = func(cluster.GroupConfig) ([]cluster.Member, error) {
+				return nil, errors.New("a single group's nodes are all its members: name the new nodes with --new ID@PEER-ADDR/CLIENT-ADDR,... (start them with kefir server --join)")
+			}
+			break
 		}
 		for _, f := range strings.Split(*nw, ",") {
 			m, err := cluster.ParseMember(f)
@@ -751,6 +817,13 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 		catch := *catchUp
 		if *force {
 			catch = -1
+		}
+		if cmd == "add-members" && *replicas != 0 {
+			news, err := placeMembers(ctx, mv, cm, cluster.GroupID(*only), *replicas, stdout, stderr)
+			if err != nil || news == nil {
+				return err // or nothing left to do, said
+			}
+			added = news
 		}
 		return groupsChange(ctx, cmd, mv, cm, *old, newNode, removed, added, cluster.GroupID(*only), catch, *asJSON, stdout, stderr)
 	} else if !strings.Contains(err.Error(), "needs a node of several groups") {
@@ -987,6 +1060,55 @@ func chainChange(ctx context.Context, cmd string, mv *cluster.Mover, step cluste
 		}
 	}
 	return groupMembersOf(cm, step.Group), cm.Epoch, nil
+}
+
+// placeMembers is add-members --replicas r without --new in a cluster of
+// several groups: the nodes that grow group g of cm to r members, placed
+// on the map's live nodes (cluster.PlaceMembers), or nil once it has them
+// (said on stdout). A rerun must not place them a second time: if the
+// group's own configuration has r members, the map's and others — it grew
+// before the map said so (its leader records it within a second) — the
+// others are the earlier run's choice and are asked for again (the
+// reconfiguration is then a no-op), as placedMembers does for replace-node.
+func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g cluster.GroupID, r int, stdout, stderr io.Writer) ([]cluster.Member, error) {
+	if g == 0 {
+		return nil, usageError{errors.New("add-members in a cluster of several groups needs --group G (65535: the metadata group)")}
+	}
+	ms := groupMembersOf(cm, g)
+	switch {
+	case len(ms) > r:
+		return nil, fmt.Errorf("add-members: group %d has %d members %v, more than --replicas %d (remove-node shrinks a group); nothing changed", g, len(ms), ms, r)
+	case len(ms) == r:
+		_, err := fmt.Fprintf(stdout, "group %d has %d members %v already: nothing left to do\n", g, r, ms)
+		return nil, err
+	}
+	var ids []uint64
+	if cur, err := mv.GroupConfigOf(ctx, g); err == nil && grownAlready(ms, cur.Members, r) != nil {
+		ids = grownAlready(ms, cur.Members, r)
+		fmt.Fprintf(stderr, "kefir cluster: %s has grown to %v already (the map does not say so yet): recording it\n", groupName(g), cur.Members)
+	} else {
+		live := liveNodes(ctx, mv, cm, 0)
+		if ids, err = cluster.PlaceMembers(cm, g, r, func(id uint64) bool { return live[id] }); err != nil {
+			return nil, fmt.Errorf("add-members: %w; nothing changed", err)
+		}
+		fmt.Fprintf(stderr, "kefir cluster: placing %s's new members on nodes %v\n", groupName(g), ids)
+	}
+	news := make([]cluster.Member, len(ids))
+	for i, id := range ids {
+		news[i] = cluster.Member{ID: id}
+	}
+	return news, nil
+}
+
+// grownAlready is what a placed add-members' rerun asks for again: the
+// members of the group's own configuration cur beyond the map's ms, if cur
+// has r members and every one of ms — the group grew to r before the map
+// said so, and those are the earlier run's choice; nil otherwise (place).
+func grownAlready(ms, cur []uint64, r int) []uint64 {
+	if len(cur) != r || len(cur) <= len(ms) || slices.ContainsFunc(ms, func(id uint64) bool { return !slices.Contains(cur, id) }) {
+		return nil
+	}
+	return slices.DeleteFunc(slices.Clone(cur), func(id uint64) bool { return slices.Contains(ms, id) })
 }
 
 // placedMembers is the members a placed replacement of old asks a group

@@ -112,3 +112,73 @@ func TestPlacedMembers(t *testing.T) {
 		t.Errorf("the group changed already: %v, want its own members", got)
 	}
 }
+
+// A placed add-group (no --members): the map's least loaded live nodes,
+// the next id; a rerun after the group is in the map takes it again
+// rather than placing a second group (no member list to compare with: a
+// group of --replicas members, never reconfigured, with no slots — or the
+// --id one), and pings nobody; an even VR count and too few live nodes are
+// refused.
+func TestPlanAddGroupPlaced(t *testing.T) {
+	cm := &kv.ClusterMap{Epoch: 3,
+		Nodes:  []kv.MapNode{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}, {ID: 5}},
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}, Slots: []kv.SlotRange{{Start: 0, End: 16383}}}}}
+	asked := 0
+	all := func() func(uint64) bool { asked++; return func(uint64) bool { return true } }
+	// Loads (the metadata group on 1-3): 1:2 2:2 3:2 4:0 5:0.
+	id, ms, again, err := planAddGroupPlaced(cm, 3, 0, kv.EngineVR, all)
+	if err != nil || id != 2 || again || !slices.Equal(ms, []uint64{4, 5, 1}) || asked != 1 {
+		t.Fatalf("placed: group %d %v again %v: %v (live asked %d times)", id, ms, again, err, asked)
+	}
+	// The map has it (the first run's ADDGROUP went through): a rerun
+	// finds it, whatever the nodes' load now says, and asks no liveness.
+	cm.Groups = append(cm.Groups, kv.MapGroup{ID: 2, Members: ms})
+	if id, ms2, again, err := planAddGroupPlaced(cm, 3, 0, kv.EngineVR, all); err != nil || id != 2 || !again || !slices.Equal(ms2, ms) || asked != 1 {
+		t.Fatalf("a rerun: group %d %v again %v: %v (live asked %d times)", id, ms2, again, err, asked)
+	}
+	if id, _, again, err := planAddGroupPlaced(cm, 3, 2, kv.EngineVR, all); err != nil || id != 2 || !again {
+		t.Fatalf("a rerun with --id 2: group %d again %v: %v", id, again, err)
+	}
+	// Not the earlier run's: another engine, another size, a group with
+	// slots or reconfigured since — a new group is placed.
+	if id, _, again, err := planAddGroupPlaced(cm, 3, 0, kv.EngineChain, all); err != nil || id != 3 || again {
+		t.Fatalf("a chain beside the VR group: group %d again %v: %v", id, again, err)
+	}
+	cm.Groups[1].Slots = []kv.SlotRange{{Start: 0, End: 99}}
+	// Loads now 1:3 2:2 3:2 4:1 5:1: 4, 5, then 2 (ties to the lower id).
+	if id, ms, again, err := planAddGroupPlaced(cm, 3, 0, kv.EngineVR, all); err != nil || id != 3 || again || !slices.Equal(ms, []uint64{4, 5, 2}) {
+		t.Fatalf("a group with slots is not the rerun's: group %d %v again %v: %v", id, ms, again, err)
+	}
+	cm.Groups[1].MemberEpoch = 1
+	if _, _, _, err := planAddGroupPlaced(cm, 3, 2, kv.EngineVR, all); err == nil || !strings.Contains(err.Error(), "group 2 is in the map already") {
+		t.Fatalf("--id 2 of a group reconfigured since: %v", err)
+	}
+	if _, _, _, err := planAddGroupPlaced(cm, 4, 0, kv.EngineVR, all); err == nil || !strings.Contains(err.Error(), "odd number") {
+		t.Fatalf("four VR replicas: %v", err)
+	}
+	two := func() func(uint64) bool { return func(id uint64) bool { return id <= 2 } }
+	if _, _, _, err := planAddGroupPlaced(cm, 3, 0, kv.EngineVR, two); err == nil || !strings.Contains(err.Error(), "needs 3 distinct live nodes") {
+		t.Fatalf("two live nodes: %v", err)
+	}
+}
+
+// A placed add-members' rerun after the group grew but before the map said
+// so asks for the members the group has (the earlier run's choice), not a
+// new placement; otherwise nothing (the command places).
+func TestGrownAlready(t *testing.T) {
+	if got := grownAlready([]uint64{5, 2, 3}, []uint64{5, 2, 3, 4, 1}, 5); !slices.Equal(got, []uint64{4, 1}) {
+		t.Errorf("grown to five before the map said so: %v, want [4 1]", got)
+	}
+	for _, c := range []struct {
+		cur []uint64
+		r   int
+	}{
+		{[]uint64{5, 2, 3}, 5},       // not grown yet
+		{[]uint64{5, 2, 4, 1, 6}, 5}, // not the map's members (another change)
+		{[]uint64{5, 2, 3, 4, 1}, 7}, // not the size asked for
+	} {
+		if got := grownAlready([]uint64{5, 2, 3}, c.cur, c.r); got != nil {
+			t.Errorf("cur %v, --replicas %d: %v, want nothing (place)", c.cur, c.r, got)
+		}
+	}
+}

@@ -574,7 +574,7 @@ func PlanAddMembers(cm *kv.ClusterMap, g GroupID, news []Member) (GroupChange, [
 		return GroupChange{}, nil, fmt.Errorf("group %d is not a group of the cluster map (epoch %d)", g, cm.Epoch)
 	}
 	if grp.IsChain() {
-		return GroupChange{}, nil, fmt.Errorf("group %d is a chain (members %v): a chain's membership is its master's, and adding a member to a chain is not built (docs/design/chain.md, \"A chain in a cluster of groups\")", g, grp.Members)
+		return GroupChange{}, nil, errGrowChain(grp)
 	}
 	if len(news) == 0 {
 		return GroupChange{}, nil, errors.New("no member to add")
@@ -618,6 +618,11 @@ func PlanAddMembers(cm *kv.ClusterMap, g GroupID, news []Member) (GroupChange, [
 		return GroupChange{}, nil, fmt.Errorf("adding %d member(s) would leave group %d with %d members (%v); a VR group needs an odd number (2f+1): add two at a time", len(news), g, len(ms), ms)
 	}
 	return GroupChange{Group: g, Members: ms}, unknown, nil
+}
+
+// errGrowChain refuses to add members to chain group g.
+func errGrowChain(g kv.MapGroup) error {
+	return fmt.Errorf("group %d is a chain (members %v): a chain's membership is its master's, and adding a member to a chain is not built (docs/design/chain.md, \"A chain in a cluster of groups\")", g.ID, g.Members)
 }
 
 // planChain plans the change of chain group g that removes leave and, in

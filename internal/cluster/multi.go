@@ -672,6 +672,15 @@ type MultiMutations struct {
 	// marks the source imported with them (vrshard
 	// TestMoveSimAbortOfAnImportedSlotKeepsItsMarks).
 	AbortDropsImportOrigin atomic.Bool
+	// PlaceIgnoresLive: placement (PlanReplacePlaced, PlaceGroup,
+	// PlaceMembers) counts every node of the map as up, whatever the
+	// liveness answer, so it may choose a dead node (TestPlacementMutations,
+	// vrshard TestMoveSimPlacedCatchesMutations).
+	PlaceIgnoresLive atomic.Bool
+	// PlaceIgnoresMembers: placement may choose a node already in the
+	// group (TestPlacementMutations, vrshard
+	// TestMoveSimPlacedCatchesMutations).
+	PlaceIgnoresMembers atomic.Bool
 }
 
 // MultiMut is the process's MultiMutations (tests only; read under mutation.On).

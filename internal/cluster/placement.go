@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // Placement: where a failed node's replicas are re-created when the
@@ -36,26 +37,10 @@ func PlanReplacePlaced(cm *kv.ClusterMap, old uint64, live func(id uint64) bool)
 	if !slices.ContainsFunc(cm.Nodes, func(n kv.MapNode) bool { return n.ID == old }) {
 		return nil, fmt.Errorf("node %d is not a node of the cluster map (epoch %d)", old, cm.Epoch)
 	}
-	groups := mapGroups(cm)
-	load := map[uint64]int{}  // replicas a node hosts (or is joining)
-	data := map[uint64]bool{} // nodes in a data group
-	for _, g := range groups {
-		for _, id := range slices.Concat(g.Members, g.Joining) {
-			load[id]++
-			if g.ID != uint64(MetaGroupID) {
-				data[id] = true
-			}
-		}
-	}
-	up := map[uint64]bool{}
-	for _, n := range cm.Nodes {
-		if n.ID != old && live(n.ID) {
-			up[n.ID] = true
-		}
-	}
+	p := newPlacer(cm, func(id uint64) bool { return id != old && live(id) })
 	inData := slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return slices.Contains(g.Members, old) })
 	var out []GroupChange
-	for _, g := range groups {
+	for _, g := range mapGroups(cm) {
 		if !slices.Contains(g.Members, old) {
 			continue
 		}
@@ -70,23 +55,9 @@ func PlanReplacePlaced(cm *kv.ClusterMap, old uint64, live func(id uint64) bool)
 			out = append(out, ch)
 			continue
 		}
-		meta := g.ID == uint64(MetaGroupID)
-		best := uint64(0)
-		for _, n := range cm.Nodes {
-			id := n.ID
-			if !up[id] || slices.Contains(g.Members, id) || slices.Contains(g.Joining, id) || slices.Contains(g.Leaving, id) || (meta && !data[id]) {
-				continue
-			}
-			if best == 0 || load[id] < load[best] || (load[id] == load[best] && id < best) {
-				best = id
-			}
-		}
+		best := p.choose(g, nil)
 		if best == 0 {
-			return nil, fmt.Errorf("no live node of the map can take node %d's place in group %d (members %v; the map's nodes %v, live %v): start a new node (kefir server --join) and name it with --new", old, g.ID, g.Members, cm.NodeIDs(), slices.Sorted(maps.Keys(up)))
-		}
-		load[best]++
-		if !meta {
-			data[best] = true
+			return nil, fmt.Errorf("no live node of the map can take node %d's place in group %d (members %v; the map's nodes %v, live %v): start a new node (kefir server --join) and name it with --new", old, g.ID, g.Members, cm.NodeIDs(), p.live())
 		}
 		if g.IsChain() {
 			ch, _ := planChain(g, []uint64{best}, []uint64{old})
@@ -105,3 +76,138 @@ func PlanReplacePlaced(cm *kv.ClusterMap, old uint64, live func(id uint64) bool)
 	}
 	return out, nil
 }
+
+// PlaceGroup returns the members of a new data group of r replicas
+// (kefir cluster add-group without --members) on r distinct nodes of cm
+// that live reports up, chosen one after the other by placement's rule
+// (the fewest replicas hosted, each choice counted, ties to the lower id),
+// in that order: the first leads the group's first view (a chain's head).
+// An error, before anything changes, when fewer than r nodes are up.
+func PlaceGroup(cm *kv.ClusterMap, r int, live func(id uint64) bool) ([]uint64, error) {
+	if r < 1 {
+		return nil, fmt.Errorf("%d replicas: a group needs at least one", r)
+	}
+	p := newPlacer(cm, live)
+	g := kv.MapGroup{} // the new group: no member yet
+	for len(g.Members) < r {
+		id := p.choose(g, nil)
+		if id == 0 {
+			return nil, fmt.Errorf("a group of %d replicas needs %d distinct live nodes; the map's nodes are %v, and %v answer (map epoch %d): start and add more nodes (kefir server --join, kefir cluster add-node) or ask for fewer replicas", r, r, cm.NodeIDs(), p.live(), cm.Epoch)
+		}
+		g.Members = append(g.Members, id)
+	}
+	return g.Members, nil
+}
+
+// PlacedEarlier returns the group of cm that an earlier run of a placed
+// add-group of r replicas of engine (and id, 0: the next) added, if cm has
+// one. A rerun must not place the group a second time, and it has no
+// member list to compare with, so a group that could be the earlier run's
+// is taken as it: with id, that group if it is in the map, never
+// reconfigured, of r members and the engine; without, the first such
+// group that also owns no slots (the state add-group leaves a group in).
+// Adding a second placed group before the first has slots therefore needs
+// an id.
+func PlacedEarlier(cm *kv.ClusterMap, r int, id uint64, engine string) (kv.MapGroup, bool) {
+	for _, g := range cm.Groups {
+		if (id == 0 || g.ID == id) && g.MemberEpoch == 0 && len(g.Members) == r && g.Engine == engine && (id != 0 || len(g.Slots) == 0) {
+			return g, true
+		}
+	}
+	return kv.MapGroup{}, false
+}
+
+// PlaceMembers returns the nodes that grow group g of cm to r members
+// (kefir cluster add-members --replicas r without --new), chosen by
+// placement's rule among the nodes live reports up and not in g — for the
+// metadata group, only nodes in a data group — in the order chosen; none
+// if g has r members or more already (a rerun once the map recorded the
+// growth). An error, before anything changes, when g is not a group of the
+// map, is a chain (PlanAddMembers' refusal) or too few nodes are up.
+// PlanAddMembers checks the rest (an even count).
+func PlaceMembers(cm *kv.ClusterMap, g GroupID, r int, live func(id uint64) bool) ([]uint64, error) {
+	i := slices.IndexFunc(mapGroups(cm), func(mg kv.MapGroup) bool { return mg.ID == uint64(g) })
+	if i < 0 {
+		return nil, fmt.Errorf("group %d is not a group of the cluster map (epoch %d)", g, cm.Epoch)
+	}
+	grp := mapGroups(cm)[i]
+	if grp.IsChain() {
+		return nil, errGrowChain(grp)
+	}
+	p := newPlacer(cm, live)
+	var out []uint64
+	for len(grp.Members)+len(out) < r {
+		id := p.choose(grp, out)
+		if id == 0 {
+			return nil, fmt.Errorf("group %d (members %v) grows to %d members on %d more distinct live nodes not in it; the map's nodes are %v, and %v answer (map epoch %d): start and add more nodes (kefir server --join, kefir cluster add-node) or name them with --new", g, grp.Members, r, r-len(grp.Members), cm.NodeIDs(), p.live(), cm.Epoch)
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
+
+// placer is placement's rule over a map: the one copy PlanReplacePlaced,
+// PlaceGroup and PlaceMembers choose by.
+type placer struct {
+	nodes []uint64        // the map's nodes, in its order
+	load  map[uint64]int  // replicas a node hosts (or is joining), choices counted
+	data  map[uint64]bool // nodes in a data group, choices counted
+	up    map[uint64]bool // nodes live reports up
+}
+
+// newPlacer counts every group's members and a chain's joiners (the
+// metadata group's members too: its replicas are a node's load as much)
+// and asks live of each node of cm once.
+func newPlacer(cm *kv.ClusterMap, live func(id uint64) bool) *placer {
+	p := &placer{load: map[uint64]int{}, data: map[uint64]bool{}, up: map[uint64]bool{}}
+	for _, g := range mapGroups(cm) {
+		for _, id := range slices.Concat(g.Members, g.Joining) {
+			p.load[id]++
+			if g.ID != uint64(MetaGroupID) {
+				p.data[id] = true
+			}
+		}
+	}
+	for _, n := range cm.Nodes {
+		p.nodes = append(p.nodes, n.ID)
+		if live(n.ID) || (mutation.On && MultiMut.PlaceIgnoresLive.Load()) {
+			p.up[n.ID] = true
+		}
+	}
+	return p
+}
+
+// choose returns the node to add to group g (beside also, nodes chosen
+// for it already): up, not in g (nor joining or leaving it, for a chain)
+// nor in also, for the metadata group only a node in a data group (a node
+// hosts the metadata group only with one: PlanNodeChange), and hosting the
+// fewest replicas, ties to the lower id; 0 if none is. The choice is
+// counted: the next one sees it.
+func (p *placer) choose(g kv.MapGroup, also []uint64) uint64 {
+	meta := g.ID == uint64(MetaGroupID)
+	in := func(id uint64) bool {
+		if mutation.On && MultiMut.PlaceIgnoresMembers.Load() {
+			return false
+		}
+		return slices.Contains(g.Members, id) || slices.Contains(g.Joining, id) || slices.Contains(g.Leaving, id) || slices.Contains(also, id)
+	}
+	best := uint64(0)
+	for _, id := range p.nodes {
+		if !p.up[id] || in(id) || (meta && !p.data[id]) {
+			continue
+		}
+		if best == 0 || p.load[id] < p.load[best] || (p.load[id] == p.load[best] && id < best) {
+			best = id
+		}
+	}
+	if best != 0 {
+		p.load[best]++
+		if !meta {
+			p.data[best] = true
+		}
+	}
+	return best
+}
+
+// live is the nodes up, in id order (for an error).
+func (p *placer) live() []uint64 { return slices.Sorted(maps.Keys(p.up)) }

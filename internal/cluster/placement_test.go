@@ -2,13 +2,16 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // Placement without a new node: each of the failed node's groups takes the
@@ -169,6 +172,160 @@ func TestSlotsMeet(t *testing.T) {
 	} {
 		if got := slotsMeet(c.a, c.b); got != c.want || slotsMeet(c.b, c.a) != c.want {
 			t.Errorf("slotsMeet(%v, %v) = %v, want %v (both ways)", c.a, c.b, got, c.want)
+		}
+	}
+}
+
+// placeNodes is a map's nodes of ids (placement reads their ids only).
+func placeNodes(ids ...uint64) []kv.MapNode {
+	var ns []kv.MapNode
+	for _, id := range ids {
+		ns = append(ns, kv.MapNode{ID: id, ClientAddr: "c", PeerAddr: "p"})
+	}
+	return ns
+}
+
+// A new group's replicas (kefir cluster add-group without --members): r
+// distinct live nodes, each the one hosting the fewest replicas with the
+// earlier choices counted, ties to the lower id, in the order chosen; the
+// metadata group's replicas count; a dead node is never chosen; too few
+// live nodes is an error that names them.
+func TestPlaceGroup(t *testing.T) {
+	all := func(uint64) bool { return true }
+	// kefir up --nodes 5 --groups 2: groups [1 2 3] and [4 5 1], the
+	// metadata group on 1-3. Replicas: 1:3 2:2 3:2 4:1 5:1, 6 (added): 0.
+	cm := &kv.ClusterMap{Epoch: 6, Nodes: placeNodes(1, 2, 3, 4, 5, 6),
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}}, {ID: 2, Members: []uint64{4, 5, 1}}}}
+	if got, err := PlaceGroup(cm, 3, all); err != nil || !slices.Equal(got, []uint64{6, 4, 5}) {
+		t.Fatalf("three replicas: %v %v, want [6 4 5]", got, err)
+	}
+	// Five: 6, 4, 5 (now 2 each with 2 and 3), then 2 (ties to the lower
+	// id), then 3 (2 has 3 now).
+	if got, err := PlaceGroup(cm, 5, all); err != nil || !slices.Equal(got, []uint64{6, 4, 5, 2, 3}) {
+		t.Fatalf("five replicas: %v %v, want [6 4 5 2 3]", got, err)
+	}
+	// 6 and 4 dead: 5, then 2 and 3 (2 replicas each), never 4 or 6.
+	if got, err := PlaceGroup(cm, 3, func(id uint64) bool { return id != 6 && id != 4 }); err != nil || !slices.Equal(got, []uint64{5, 2, 3}) {
+		t.Fatalf("6 and 4 dead: %v %v, want [5 2 3]", got, err)
+	}
+	// A chain's joiners count as replicas: 6 joining chain 2 hosts one.
+	cmc := &kv.ClusterMap{Epoch: 6, Nodes: placeNodes(1, 2, 3, 4, 5, 6),
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}}, {ID: 2, Members: []uint64{4, 5}, Joining: []uint64{6}, Engine: kv.EngineChain}}}
+	if got, err := PlaceGroup(cmc, 1, all); err != nil || !slices.Equal(got, []uint64{4}) {
+		t.Fatalf("a chain's joiner counted: %v %v, want [4]", got, err)
+	}
+	// Two live nodes for three replicas: refused, naming them.
+	if _, err := PlaceGroup(cm, 3, func(id uint64) bool { return id == 2 || id == 5 }); err == nil || !strings.Contains(err.Error(), "needs 3 distinct live nodes") || !strings.Contains(err.Error(), "[2 5] answer") {
+		t.Fatalf("too few live nodes: %v", err)
+	}
+	if _, err := PlaceGroup(cm, 7, all); err == nil || !strings.Contains(err.Error(), "needs 7 distinct live nodes") {
+		t.Fatalf("more replicas than nodes: %v", err)
+	}
+	if _, err := PlaceGroup(cm, 0, all); err == nil {
+		t.Fatal("zero replicas: no error")
+	}
+}
+
+// Growing a group by placement (kefir cluster add-members --replicas N
+// without --new): the nodes not in it, least loaded first; the metadata
+// group only nodes of a data group; nothing once it has N members; a dead
+// node never; too few nodes an error.
+func TestPlaceMembers(t *testing.T) {
+	all := func(uint64) bool { return true }
+	// Replicas: 1:3 2:2 3:2 4:1 5:1, 6: 0 (in no group).
+	cm := &kv.ClusterMap{Epoch: 6, Nodes: placeNodes(1, 2, 3, 4, 5, 6),
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}}, {ID: 2, Members: []uint64{4, 5, 1}}}}
+	if got, err := PlaceMembers(cm, 1, 5, all); err != nil || !slices.Equal(got, []uint64{6, 4}) {
+		t.Fatalf("group 1 to five: %v %v, want [6 4]", got, err)
+	}
+	// Group 2 [4 5 1]: 6, then 2 (2 replicas, ties with 3 to the lower id).
+	if got, err := PlaceMembers(cm, 2, 5, all); err != nil || !slices.Equal(got, []uint64{6, 2}) {
+		t.Fatalf("group 2 to five: %v %v, want [6 2]", got, err)
+	}
+	// The metadata group [1 2 3]: 4 and 5, never 6 (in no data group).
+	if got, err := PlaceMembers(cm, MetaGroupID, 5, all); err != nil || !slices.Equal(got, []uint64{4, 5}) {
+		t.Fatalf("the metadata group to five: %v %v, want [4 5]", got, err)
+	}
+	// 6 dead: 4, then 5.
+	if got, err := PlaceMembers(cm, 1, 5, func(id uint64) bool { return id != 6 }); err != nil || !slices.Equal(got, []uint64{4, 5}) {
+		t.Fatalf("6 dead: %v %v, want [4 5]", got, err)
+	}
+	// Already five (a rerun once the map has them): nothing.
+	cm5 := &kv.ClusterMap{Epoch: 7, Nodes: cm.Nodes, Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3, 6, 4}}, {ID: 2, Members: []uint64{4, 5, 1}}}}
+	if got, err := PlaceMembers(cm5, 1, 5, all); err != nil || len(got) != 0 {
+		t.Fatalf("a rerun: %v %v, want nothing", got, err)
+	}
+	// One live node outside group 1 for two new members: refused.
+	if _, err := PlaceMembers(cm, 1, 5, func(id uint64) bool { return id != 6 && id != 5 }); err == nil || !strings.Contains(err.Error(), "2 more distinct live nodes not in it") {
+		t.Fatalf("too few live nodes: %v", err)
+	}
+	if _, err := PlaceMembers(cm, 9, 5, all); err == nil || !strings.Contains(err.Error(), "group 9 is not a group") {
+		t.Fatalf("no such group: %v", err)
+	}
+	cm.Groups[1].Engine = kv.EngineChain
+	if _, err := PlaceMembers(cm, 2, 5, all); err == nil || !strings.Contains(err.Error(), "group 2 is a chain") {
+		t.Fatalf("a chain: %v", err)
+	}
+}
+
+// The placement tests catch a placement that forgets the liveness answer
+// (a dead node chosen) or the group's members (a node chosen twice for one
+// group): placedWrong, the property TestPlaceGroup, TestPlaceMembers and
+// TestPlanReplacePlaced assert by their expected lists, fires on each.
+func TestPlacementMutations(t *testing.T) {
+	mutation.Require(t)
+	cm := &kv.ClusterMap{Epoch: 6, Nodes: placeNodes(1, 2, 3, 4, 5, 6),
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}}, {ID: 2, Members: []uint64{4, 5, 1}}}}
+	dead := func(id uint64) bool { return id != 6 }
+	// placedWrong: a chosen node dead, or in the group already (or chosen
+	// twice).
+	placedWrong := func(group, chosen []uint64) string {
+		for i, id := range chosen {
+			if !dead(id) {
+				return fmt.Sprintf("chose dead node %d", id)
+			}
+			if slices.Contains(group, id) || slices.Contains(chosen[:i], id) {
+				return fmt.Sprintf("chose node %d, in the group already", id)
+			}
+		}
+		return ""
+	}
+	check := func() string {
+		ms, err := PlaceGroup(cm, 3, dead)
+		if err != nil {
+			return err.Error()
+		}
+		if w := placedWrong(nil, ms); w != "" {
+			return "PlaceGroup " + w
+		}
+		// Group 2 [4 5 1]: 4 and 5 host the fewest replicas.
+		ms, err = PlaceMembers(cm, 2, 5, dead)
+		if err != nil {
+			return err.Error()
+		}
+		if w := placedWrong(cm.Groups[1].Members, ms); w != "" {
+			return "PlaceMembers " + w
+		}
+		plan, err := PlanReplacePlaced(cm, 2, dead)
+		if err != nil {
+			return err.Error()
+		}
+		if w := placedWrong([]uint64{1, 3}, []uint64{plan[0].Members[1]}); w != "" {
+			return "PlanReplacePlaced " + w
+		}
+		return ""
+	}
+	if w := check(); w != "" {
+		t.Fatalf("without a mutation: %s", w)
+	}
+	for name, m := range map[string]*atomic.Bool{"PlaceIgnoresLive": &MultiMut.PlaceIgnoresLive, "PlaceIgnoresMembers": &MultiMut.PlaceIgnoresMembers} {
+		m.Store(true)
+		w := check()
+		m.Store(false)
+		if w == "" {
+			t.Errorf("%s: not caught", name)
+		} else {
+			t.Logf("%s caught: %s", name, w)
 		}
 	}
 }

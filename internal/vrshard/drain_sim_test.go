@@ -3,10 +3,16 @@ package vrshard
 import (
 	"context"
 	"fmt"
+	"io"
+	"maps"
+	"os"
 	"slices"
+	"strings"
+	"testing"
 	"time"
 
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/sim"
 	"github.com/kefirdb/kefir/internal/vr"
 )
@@ -27,14 +33,33 @@ import (
 // retire, and N is left hosting nothing. The replication auditor then
 // finds every group of N, the metadata group included, at three members on
 // three nodes, none on N.
+//
+// Placed (moveOptions.placed, on a scale cluster): N dies for good instead
+// (every replica it hosts crashed, its disk wiped), and the operator runs
+// kefir cluster replace-node --old N without --new, as the command does:
+// the map read at the metadata leader, the nodes' liveness asked (the
+// simulation's answer to a PING: a node that hosts a replica up, or runs
+// with nothing; never N nor the dead spare), the production placement
+// (cluster.PlanReplacePlaced: each of N's groups takes the live node not in
+// it hosting the fewest replicas), each group's own configuration read
+// first (the command's placedMembers rule for a rerun), then the
+// reconfiguration and SETMEMBERS. The map also has a node that was added
+// and died (the dead spare: it hosts nothing, so placement would favour it
+// if it forgot the liveness answer); a group's new member is opened on its
+// chosen node, if that node runs. The replication auditor then finds each
+// of N's groups at three members on three distinct nodes, every one up.
 
 // drainRun is the operator of a node's drain.
 type drainRun struct {
 	s  *sim.Sim
 	cl *simCluster
 	// old: the drained node; nw: the new one (0-based); spare: by group,
-	// the address its new member takes on nw.
+	// the address its new member takes on nw (placed: on the node
+	// placement chose, set when it chose). dead: placed, the spare node
+	// added to the map that never runs.
 	old, nw  int
+	placed   bool
+	dead     int
 	spare    map[kcluster.GroupID]int
 	due      bool
 	running  bool
@@ -47,15 +72,29 @@ type drainRun struct {
 
 // newDrain prepares the drain of the cluster's last node: a new node and
 // a spare address per group it hosts.
-func newDrain(c *simCluster) *drainRun {
+func newDrain(c *simCluster, placed bool) *drainRun {
 	old := c.nodes - 1
+	if placed {
+		// The one before: on cluster.EvenGroups' 9 nodes, node 8, whose
+		// group [6 7 8] has the least loaded nodes (3 replicas each) as
+		// members beside it and 9 outside — a placement that forgot the
+		// members would choose 6.
+		old--
+	}
 	var gs []kcluster.GroupID
 	for _, a := range c.hosted[old] {
 		gs = append(gs, c.group[a])
 	}
 	first := len(c.node)
 	c.addSpares(len(gs), true)
-	d := &drainRun{cl: c, old: old, nw: c.nodes - 1, spare: map[kcluster.GroupID]int{}}
+	d := &drainRun{cl: c, old: old, nw: c.nodes - 1, spare: map[kcluster.GroupID]int{}, placed: placed, dead: -1}
+	if placed {
+		if slices.Contains(gs, kcluster.MetaGroupID) {
+			panic("drainRun: a placed drain of a metadata member (a scale cluster's last node is none)")
+		}
+		d.dead, d.nw = d.nw, -1
+		c.dead = map[int]bool{d.dead: true}
+	}
 	for i, g := range gs {
 		sp := first + i
 		d.spare[g] = sp
@@ -72,8 +111,89 @@ func newDrain(c *simCluster) *drainRun {
 func (d *drainRun) schedule(until time.Duration) {
 	d.s.After(100*time.Millisecond+time.Duration(d.s.Rand().Int64N(int64(until-200*time.Millisecond))), func() {
 		d.due = true
+		if d.placed {
+			// Dead for good: every replica of the node crashed, its
+			// directory gone.
+			c := d.cl
+			for _, a := range slices.Clone(c.hosted[d.old]) {
+				d.s.Crash(a)
+				d.s.Wipe(a)
+				c.lost[a] = true
+				c.unhost(a)
+			}
+			c.dead[d.old] = true
+			d.log = append(d.log, fmt.Sprintf("%v: node %d died for good: its groups are placed on the cluster's nodes", d.s.Now(), d.old+1))
+			return
+		}
 		d.log = append(d.log, fmt.Sprintf("%v: node %d is drained: its groups go to node %d", d.s.Now(), d.old+1, d.nw+1))
 	})
+}
+
+// live is the simulation's answer to the command's PING of node id: a node
+// that is not dead for good and hosts a replica that is up, or runs with
+// nothing (a node hosting nothing yet).
+func (c *simCluster) live(id uint64) bool {
+	k := int(id) - 1
+	if k < 0 || k >= c.nodes || c.dead[k] {
+		return false
+	}
+	return len(c.hosted[k]) == 0 || slices.ContainsFunc(c.hosted[k], func(a int) bool { return c.s.Up(a) })
+}
+
+// placedJob is kefir cluster replace-node --old N without --new
+// (groupsChange's placed path): the dead spare recorded in the map (it was
+// added, then died: ADDNODE, a no-op once there), the map read, the
+// production placement over the nodes' liveness, and per group: its own
+// configuration read first — if it no longer has N, it changed before the
+// map said so and keeps its members (placedMembers) — else the spare
+// address of the group placed on the chosen node; then the
+// reconfiguration and SETMEMBERS.
+func (d *drainRun) placedJob(ctx context.Context, mv *kcluster.Mover) (any, error) {
+	c, old := d.cl, uint64(d.old+1)
+	if _, err := mv.AddNode(ctx, uint64(d.dead+1), nodeAddr(d.dead), fmt.Sprintf("peer%d", d.dead)); err != nil {
+		return nil, err
+	}
+	cm, err := mv.MetaMap(ctx)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := kcluster.PlanReplacePlaced(cm, old, c.live)
+	if err != nil {
+		return nil, err
+	}
+	var out []kcluster.GroupConfig
+	for _, ch := range plan {
+		members := ch.Members
+		if cur, err := mv.GroupConfigOf(ctx, ch.Group); err == nil && !slices.Contains(cur.Members, old) {
+			members = cur.Members
+		} else {
+			mg, _ := cm.Group(uint64(ch.Group))
+			on := int(members[slices.Index(mg.Members, old)]) - 1
+			c.node[d.spare[ch.Group]] = on
+			d.log = append(d.log, fmt.Sprintf("%v: group %d's replica of node %d placed on node %d: %v", d.s.Now(), ch.Group, old, on+1, members))
+		}
+		gc, err := d.change(ctx, mv, ch.Group, members)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, gc)
+	}
+	return out, nil
+}
+
+// change is one group's step of replace-node: the group reconfigured to
+// members (nodes) at its leader, the members it answered recorded in the
+// map (SETMEMBERS), and its new member opened (joined).
+func (d *drainRun) change(ctx context.Context, mv *kcluster.Mover, g kcluster.GroupID, members []uint64) (kcluster.GroupConfig, error) {
+	gc, err := mv.ReconfigureGroup(ctx, g, members)
+	if err != nil {
+		return gc, err
+	}
+	if _, err := mv.SetMembers(ctx, g, gc.Epoch, gc.Members); err != nil {
+		return gc, err
+	}
+	d.joined(g, gc)
+	return gc, nil
 }
 
 func (d *drainRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
@@ -84,6 +204,9 @@ func (d *drainRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
 	mv := &kcluster.Mover{RetryFor: time.Second}
 	for k := range d.cl.seeds {
 		mv.Seeds = append(mv.Seeds, nodeAddr(k))
+	}
+	if d.placed {
+		return mv, d.placedJob
 	}
 	old, nw := uint64(d.old+1), kcluster.Member{ID: uint64(d.nw + 1), ClientAddr: nodeAddr(d.nw), PeerAddr: fmt.Sprintf("peer%d", d.nw)}
 	return mv, func(ctx context.Context, mv *kcluster.Mover) (any, error) {
@@ -100,14 +223,10 @@ func (d *drainRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
 		}
 		var out []kcluster.GroupConfig
 		for _, ch := range plan {
-			gc, err := mv.ReconfigureGroup(ctx, ch.Group, ch.Members)
+			gc, err := d.change(ctx, mv, ch.Group, ch.Members)
 			if err != nil {
 				return out, err
 			}
-			if _, err := mv.SetMembers(ctx, ch.Group, gc.Epoch, gc.Members); err != nil {
-				return out, err
-			}
-			d.joined(ch.Group, gc)
 			out = append(out, gc)
 		}
 		return out, nil
@@ -142,8 +261,12 @@ func (d *drainRun) joined(g kcluster.GroupID, gc kcluster.GroupConfig) {
 	}
 	c.joined[sp] = &simJoin{group: g, m: vm}
 	d.log = append(d.log, fmt.Sprintf("%v: group %d reconfigured to epoch %d, members %v (replicas)", s.Now(), g, vm.Epoch, vm.Members))
+	on := c.node[sp]
+	if c.dead[on] {
+		return // a dead node opens nothing (placement must not choose one)
+	}
 	s.After(0, func() {
-		c.hosted[d.nw] = append(c.hosted[d.nw], sp)
+		c.hosted[on] = append(c.hosted[on], sp)
 		s.Crash(sp)
 		s.Restart(sp)
 	})
@@ -162,4 +285,83 @@ func (d *drainRun) done(now time.Duration, _ any, err error) {
 	}
 	d.finished = true
 	d.log = append(d.log, fmt.Sprintf("%v: node %d drained", d.s.Now(), d.old+1))
+}
+
+// placedOn is the nodes (1-based) the placed drain put the groups' new
+// members on, in group order.
+func (d *drainRun) placedOn() []int {
+	var out []int
+	for _, g := range slices.Sorted(maps.Keys(d.spare)) {
+		out = append(out, d.cl.node[d.spare[g]]+1)
+	}
+	return out
+}
+
+// TestMoveSimPlaced: a node of a 9-node, 12-group cluster dies for good
+// amid the moves, the nemesis (or power cuts) and whole-node crashes, and
+// its groups are re-created on the cluster's live nodes by the production
+// placement (kefir cluster replace-node --old N without --new: see
+// drainRun); the map also names a node that died. Every checker of
+// moveSim, and the replication auditor: each group back at three members
+// on three distinct nodes, all up. 4 seeds each (about 20 s); KEFIR_SOAK=1: 100.
+func TestMoveSimPlaced(t *testing.T) {
+	seeds := 4
+	if os.Getenv("KEFIR_SOAK") == "1" {
+		seeds = 100
+	}
+	sc := func() *moveScale { return &moveScale{nodes: 9, groups: 12, keys: 8, clients: 6, ops: 60} }
+	for _, tc := range []struct {
+		name string
+		o    moveOptions
+	}{
+		{"faults", moveOptions{meta: true, drain: true, placed: true, scale: sc(), faults: true, leaderCrashes: true, moverDeaths: true}},
+		{"powercuts", moveOptions{meta: true, drain: true, placed: true, scale: sc(), powerCuts: true, leaderCrashes: true, moverDeaths: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sim.Explore(t, 1, seeds, func(seed uint64, trace io.Writer) error {
+				var sum string
+				err := moveSim(seed, trace, tc.o, &sum)
+				if err == nil && !strings.Contains(sum, "placed on the cluster's nodes: true") {
+					return fmt.Errorf("the placed replacement did not finish: %s", sum)
+				}
+				if testing.Verbose() {
+					t.Logf("seed %d: %s", seed, sum)
+				}
+				return err
+			})
+		})
+	}
+}
+
+// TestMoveSimPlacedCatchesMutations: a placement that forgets the liveness
+// answer chooses the dead node of the map (it hosts nothing: the least
+// loaded), whose replica never opens; one that forgets the group's members
+// asks a group for a node it has (the reconfiguration is refused, and the
+// group stays at two). The replication auditor catches both; the
+// linearizability checker cannot (every group keeps a majority).
+func TestMoveSimPlacedCatchesMutations(t *testing.T) {
+	mutation.Require(t)
+	o := moveOptions{meta: true, drain: true, placed: true, scale: &moveScale{nodes: 9, groups: 12, keys: 8, clients: 6, ops: 60}, faults: true, leaderCrashes: true, moverDeaths: true}
+	const seed = 1
+	if err := moveSim(seed, nil, o, nil); err != nil {
+		t.Fatalf("seed %d fails with placement done right: %v", seed, err)
+	}
+	for _, tc := range []struct {
+		name string
+		set  func(*moveOptions)
+	}{
+		{"ignoresLive", func(o *moveOptions) { o.placeIgnoresLive = true }},
+		{"ignoresMembers", func(o *moveOptions) { o.placeIgnoresMembers = true }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := o
+			tc.set(&o)
+			var sum string
+			err := moveSim(seed, nil, o, &sum)
+			if err == nil {
+				t.Fatalf("seed %d: not caught: %s", seed, sum)
+			}
+			t.Logf("caught: %v", firstLine(err))
+		})
+	}
 }

@@ -131,15 +131,35 @@ func (r *groupOpRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
 	}
 }
 
-// addGroup is kefir cluster add-group --members 1,2,3 --id 3
-// (runClusterAddGroup): the group recorded in the map with no slots (a
-// rerun finds it there: ADDGROUP of the same list is answered as a retry),
-// then the wait until a member answers with a leader — the nodes start the
-// group's replicas when they see it in the map (startAdded), bootstrapping
-// its first view from the map's list.
+// addGroup is kefir cluster add-group --id 3 without --members
+// (runClusterAddGroup's placed path): the map read, its three replicas
+// placed on the live nodes (cluster.PlaceGroup over the simulation's
+// liveness: on the three nodes, all of them, or too few live and the
+// command fails and is run again), unless the map has the group an earlier
+// run added (cluster.PlacedEarlier: a rerun never places it twice); the
+// group recorded in the map with no slots (a rerun after the record finds
+// it there), then the wait until a member answers with a leader — the
+// nodes start the group's replicas when they see it in the map
+// (startAdded), bootstrapping its first view from the map's list.
 func (r *groupOpRun) addGroup(ctx context.Context, mv *kcluster.Mover) error {
 	g := kcluster.GroupID(r.cl.groups())
-	if _, err := mv.AddGroup(ctx, g, []uint64{1, 2, 3}, kv.EngineVR); err != nil {
+	cm, err := mv.MetaMap(ctx)
+	if err != nil {
+		return err
+	}
+	members := []uint64(nil)
+	if eg, ok := kcluster.PlacedEarlier(cm, movesGroupSize, uint64(g), kv.EngineVR); ok {
+		members = eg.Members
+	} else if members, err = kcluster.PlaceGroup(cm, movesGroupSize, r.cl.live); err != nil {
+		return err
+	}
+	if !sameIDs(members, []uint64{1, 2, 3}) {
+		// The simulated group's replicas live on nodes 1-3 (its static
+		// addresses): the only nodes there are.
+		return fmt.Errorf("add-group placed group %d on nodes %v: the simulation's nodes are 1-3", g, members)
+	}
+	r.log = append(r.log, fmt.Sprintf("%v: add-group places group %d on nodes %v", r.s.Now(), g, members))
+	if _, err := mv.AddGroup(ctx, g, members, kv.EngineVR); err != nil {
 		return err
 	}
 	for {

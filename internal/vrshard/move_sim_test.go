@@ -142,6 +142,9 @@ type simCluster struct {
 	// (groupop_sim_test.go).
 	unadded map[kcluster.GroupID]bool
 	addedOn map[int]bool
+	// dead: nodes dead for good (drain_sim_test.go's placed drain): they
+	// answer no PING and open nothing.
+	dead map[int]bool
 }
 
 func newSimCluster(groups []kcluster.GroupSpec, nodes int) *simCluster {
@@ -960,6 +963,14 @@ type moveOptions struct {
 	// through the production planner (cluster.PlanNodeChange) while the
 	// faults last (drain_sim_test.go; with meta).
 	drain bool
+	// placed (with drain, on a scale cluster): the drained node dies for
+	// good and its groups are placed on the cluster's live nodes by the
+	// production placement (cluster.PlanReplacePlaced), a dead node of
+	// the map beside them (drain_sim_test.go). placeIgnoresLive and
+	// placeIgnoresMembers switch cluster.MultiMut.PlaceIgnoresLive and
+	// PlaceIgnoresMembers on (tests with the mutations tag only).
+	placed                                bool
+	placeIgnoresLive, placeIgnoresMembers bool
 	// groupOps: an operator runs kefir cluster rebalance, then
 	// remove-group of group 1, through the production planners and
 	// Rebalancer (groupop_sim_test.go; with meta, three groups); the main
@@ -1322,6 +1333,14 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		kcluster.MultiMut.RemoveNodesSkipsMeta.Store(true)
 		defer kcluster.MultiMut.RemoveNodesSkipsMeta.Store(false)
 	}
+	if o.placeIgnoresLive {
+		kcluster.MultiMut.PlaceIgnoresLive.Store(true)
+		defer kcluster.MultiMut.PlaceIgnoresLive.Store(false)
+	}
+	if o.placeIgnoresMembers {
+		kcluster.MultiMut.PlaceIgnoresMembers.Store(true)
+		defer kcluster.MultiMut.PlaceIgnoresMembers.Store(false)
+	}
 	if o.doneEarly {
 		kcluster.MultiMut.DoneBeforeCopy.Store(true)
 		defer kcluster.MultiMut.DoneBeforeCopy.Store(false)
@@ -1412,7 +1431,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		}
 	}()
 	if o.drain {
-		drain = newDrain(cl)
+		drain = newDrain(cl, o.placed)
 		drainer = &moverNode{run: drain, cl: cl}
 		movers++
 	}
@@ -1697,7 +1716,11 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 				gops.moves, gops.kills, gops.crashes, gops.reruns, groupOpRemoved, gops.removeAt, cl.retirements, strings.Join(gops.planned, "; "))
 		}
 		if drain != nil {
-			*summary += fmt.Sprintf("; node %d drained to node %d: %t (%d groups, %d reruns of the command)", drain.old+1, drain.nw+1, drain.finished, len(drain.spare), drain.reruns)
+			if drain.placed {
+				*summary += fmt.Sprintf("; node %d's groups placed on the cluster's nodes: %t (%d groups on nodes %v, %d reruns of the command)", drain.old+1, drain.finished, len(drain.spare), drain.placedOn(), drain.reruns)
+			} else {
+				*summary += fmt.Sprintf("; node %d drained to node %d: %t (%d groups, %d reruns of the command)", drain.old+1, drain.nw+1, drain.finished, len(drain.spare), drain.reruns)
+			}
 		}
 		if o.replace > 0 {
 			*summary += fmt.Sprintf("; %d replicas replaced (%d lost, %d running; %d retired; %d reruns of the command)",

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kefirdb/kefir/client"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/testgroup"
@@ -202,20 +200,7 @@ func TestGroupsAddAGroupAndRebalance(t *testing.T) {
 	n5 := news[1]
 	n5.Kill()
 	c := dialGroup(t, all[:3])
-	more := map[string]string{}
-	for i := 0; len(more) < 20; i++ {
-		k := "after-kill-" + strconv.Itoa(i)
-		if cm.Owner(kv.KeySlot([]byte(k))) != 3 {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		err := c.Put(ctx, k, []byte("v"+k), client.WithDurability(client.Sync))
-		cancel()
-		if err != nil {
-			t.Fatalf("a write to group 3 with node 5 down: %v", err)
-		}
-		more[k] = "v" + k
-	}
+	more := putInSlots(t, c, "after-kill-", "group 3 with node 5 down", func(slot uint16) bool { return cm.Owner(slot) == 3 })
 	// Its record says it bootstrapped: the restart (and any later open,
 	// even one whose vr/ is gone) does not start the group anew.
 	if b, err := os.ReadFile(filepath.Join(n5.Dir, "group-3", "kefir-join.json")); err != nil || !strings.Contains(string(b), `"created":true`) || !strings.Contains(string(b), `"opened":true`) {
@@ -261,20 +246,7 @@ func TestGroupsAddAGroupAndRebalance(t *testing.T) {
 	if out, err := kefirCluster(t, "move-slots", addr, "--from", "1", "--to", "4", "--slots", fmt.Sprintf("%d-%d", lo, hi)); err != nil {
 		t.Fatalf("move-slots to group 4: %v\n%s", err, out)
 	}
-	in4 := map[string]string{}
-	for i := 0; len(in4) < 20; i++ {
-		k := "g4-" + strconv.Itoa(i)
-		if sl := int(kv.KeySlot([]byte(k))); sl < lo || sl > hi {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		err := c.Put(ctx, k, []byte("v"+k), client.WithDurability(client.Sync))
-		cancel()
-		if err != nil {
-			t.Fatalf("a write to group 4: %v", err)
-		}
-		in4[k] = "v" + k
-	}
+	in4 := putInSlots(t, c, "g4-", "group 4", func(slot uint16) bool { return int(slot) >= lo && int(slot) <= hi })
 	n1 := g.Nodes[0]
 	const started = "named by the map in a new group: started it as one of its first members"
 	if strings.Count(n1.Logs(), started) != 1 {

@@ -1,12 +1,15 @@
 package e2e
 
 import (
+	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/client"
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/testgroup"
@@ -98,4 +101,107 @@ func TestGroupsReplaceAFailedNodeOnTheClustersNodes(t *testing.T) {
 	if cm := localMap(g.Nodes[0].ClientAddr); cm == nil || cm.Epoch != e1 {
 		t.Fatalf("a rerun moved the map from epoch %d: %+v", e1, cm)
 	}
+}
+
+// Placement of a new group and of a group's new members (docs/cluster.md,
+// "Growing a cluster" and "Growing a group"): five nodes, group 1 on 1-3
+// and group 2 on 4, 5, 1 (the metadata group on 1-3); node 4 SIGKILLed.
+// `kefir cluster add-group` without --members places group 3 on the live
+// nodes hosting the fewest replicas — 5 (one), then 2 and 3 (two each,
+// ties to the lower id), never the dead 4, which hosts as few as 5 — its
+// members start it, and a rerun takes the group it finds instead of
+// placing a second; move-slots gives it 100 slots and it serves their keys.
+// `add-members --group 3 --replicas 5` is refused while only node 1 is
+// outside it and up (nothing changed); with node 4 back it places nodes 4
+// and 1, the group grows to five, node 4 reads back its keys, and a rerun
+// has nothing left to do.
+func TestGroupsPlaceANewGroupAndItsMembers(t *testing.T) {
+	g := cluster.StartGroups(t, 5, "1=1,2,3:0-8191;2=4,5,1:8192-16383")
+	g.WaitLeaders(20 * time.Second)
+	g.Nodes[3].Kill()
+	addr := "--addr=" + g.Nodes[0].ClientAddr + "," + g.Nodes[1].ClientAddr
+	mapOf := func() *kv.ClusterMap {
+		var cm *kv.ClusterMap
+		if !testgroup.Until(10*time.Second, 50*time.Millisecond, func() bool { cm = localMap(g.Nodes[0].ClientAddr); return cm != nil }) {
+			t.Fatal("node 1 has no map")
+		}
+		return cm
+	}
+
+	out, err := kefirCluster(t, "add-group", addr)
+	if err != nil {
+		t.Fatalf("add-group: %v\n%s", err, out)
+	}
+	t.Logf("add-group:\n%s", strings.TrimSpace(out))
+	for _, w := range []string{"placing the new group's 3 replicas on nodes [5 2 3]", "group 3 with members [5 2 3] is in the map", "group 3 is running"} {
+		if !strings.Contains(out, w) {
+			t.Fatalf("add-group did not say %q:\n%s", w, out)
+		}
+	}
+	e1 := mapOf().Epoch
+	if out, err := kefirCluster(t, "add-group", addr); err != nil || !strings.Contains(out, "taken as this command's earlier run") || !strings.Contains(out, "group 3 with members [5 2 3]") {
+		t.Fatalf("add-group again: %v\n%s", err, out)
+	}
+	if e := mapOf().Epoch; e != e1 {
+		t.Fatalf("a rerun of add-group moved the map from epoch %d to %d", e1, e)
+	}
+
+	if out, err := kefirCluster(t, "move-slots", addr, "--from", "1", "--to", "3", "--slots", "0-99", "--page-pause", "0"); err != nil {
+		t.Fatalf("move-slots 0-99 to group 3: %v\n%s", err, out)
+	}
+	if cm := mapOf(); cm.Owner(0) != 3 || cm.Owner(99) != 3 {
+		t.Fatalf("the map after move-slots: %+v", cm)
+	}
+	c := dialGroup(t, []string{g.Nodes[4].ClientAddr, g.Nodes[1].ClientAddr})
+	in3 := putInSlots(t, c, "p3-", "group 3", func(slot uint16) bool { return slot <= 99 })
+	readBack(t, g.Nodes[4].ClientAddr, in3)
+
+	e2 := mapOf().Epoch
+	out, err = kefirCluster(t, "add-members", addr, "--group", "3", "--replicas", "5")
+	if err == nil || !strings.Contains(out, "2 more distinct live nodes not in it") || !strings.Contains(out, "nothing changed") {
+		t.Fatalf("add-members --replicas 5 with one node up outside group 3: %v\n%s", err, out)
+	}
+	if e := mapOf().Epoch; e != e2 {
+		t.Fatalf("a refused add-members moved the map from epoch %d to %d", e2, e)
+	}
+	g.Nodes[3].Start()
+	out, err = kefirCluster(t, "add-members", addr, "--group", "3", "--replicas", "5")
+	if err != nil || !strings.Contains(out, "placing group 3's new members on nodes [4 1]") || !strings.Contains(out, "group 3 is at epoch 1, members") {
+		t.Fatalf("add-members --group 3 --replicas 5: %v\n%s", err, out)
+	}
+	t.Logf("add-members:\n%s", strings.TrimSpace(out))
+	// Node 4 opens its replica once its map names it there (a poll).
+	var gc kcluster.GroupConfig
+	if !testgroup.Until(20*time.Second, 50*time.Millisecond, func() bool {
+		gc, err = groupConfigOf(t, g.Nodes[3].ClientAddr, 3)
+		return err == nil && gc.Epoch == 1
+	}) || !slices.Equal(sortedIDs(gc.Members), []uint64{1, 2, 3, 4, 5}) {
+		t.Fatalf("node 4's view of group 3: %s %v\n%s", gc, err, g.Nodes[3].Logs())
+	}
+	readBack(t, g.Nodes[3].ClientAddr, in3)
+	if out, err := kefirCluster(t, "add-members", addr, "--group", "3", "--replicas", "5"); err != nil || !strings.Contains(out, "nothing left to do") {
+		t.Fatalf("add-members again: %v\n%s", err, out)
+	}
+}
+
+// putInSlots writes 20 keys named prefix+i whose slots in accepts, each
+// acknowledged durable (sync), through c, and returns them with their
+// values (what names the slots' owner in a failure).
+func putInSlots(t *testing.T, c *client.Client, prefix, what string, in func(slot uint16) bool) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for i := 0; len(out) < 20; i++ {
+		k := prefix + strconv.Itoa(i)
+		if !in(kv.KeySlot([]byte(k))) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err := c.Put(ctx, k, []byte("v"+k), client.WithDurability(client.Sync))
+		cancel()
+		if err != nil {
+			t.Fatalf("a write to %s (key %s): %v", what, k, err)
+		}
+		out[k] = "v" + k
+	}
+	return out
 }
