@@ -571,14 +571,43 @@ func (s *Server) learnNodes(ns []Member) {
 // own handle (INFO, metrics, DBSIZE read it: the first group it opened)
 // is closed at shutdown like a VR-retired one, and its vr/ deleted at the
 // next start (openGroups).
+//
+// A VR replica's retirement (removedAt 0) is not recorded while its
+// configuration names this node: a later epoch named it again (VR's
+// start-epoch, adopted by the retired replica, which stays open) between
+// syncGroups' look at its State and this read. The record would carry
+// that epoch, the replica would leave the routing, and neither
+// rejoinRetired nor a restart's mayRejoin (both want an epoch later than
+// the record's) would take it back until a still later one; the watcher
+// looks again at the next poll instead. A chain member that left its
+// chain is not a VR retirement: its configuration (the member list it
+// opened with) still names the node, and the chain's "named again" is
+// the map's (leftChain) — retireChainMember records it through
+// retireReplica.
 func (s *Server) retireGroup(lg cluster.LocalGroup, removedAt uint64) bool {
+	m := membershipOf(lg)
+	if removedAt == 0 && slices.Contains(m.Members, s.cfg.ReplicaID) {
+		return false
+	}
+	return s.retireReplica(lg, m, removedAt)
+}
+
+// membershipOf is hosted group lg's durable configuration (none: a
+// replica that does not reconfigure).
+func membershipOf(lg cluster.LocalGroup) cluster.Membership {
+	if rc, ok := lg.Hosted.Group.(cluster.Reconfigurable); ok {
+		return rc.Membership()
+	}
+	return cluster.Membership{}
+}
+
+// retireReplica is retireGroup without the VR guard: lg's retirement is
+// recorded with configuration m (the record's epoch and members) whatever
+// m says.
+func (s *Server) retireReplica(lg cluster.LocalGroup, m cluster.Membership, removedAt uint64) bool {
 	gs := s.groups
 	id := lg.Spec.ID
 	dir := groupDir(s.cfg.DataDir, id)
-	var m cluster.Membership
-	if rc, ok := lg.Hosted.Group.(cluster.Reconfigurable); ok {
-		m = rc.Membership()
-	}
 	r := retiredRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, Epoch: m.Epoch, Members: m.Members, RemovedAt: removedAt}
 	if s.cfg.FS == nil {
 		if _, err := os.Stat(filepath.Join(dir, retiredFile)); err != nil {
@@ -648,10 +677,7 @@ func (s *Server) retireGroup(lg cluster.LocalGroup, removedAt uint64) bool {
 func (s *Server) retireMeta(lg cluster.LocalGroup) bool {
 	gs := s.groups
 	dir := groupDir(s.cfg.DataDir, cluster.MetaGroupID)
-	var m cluster.Membership
-	if rc, ok := lg.Hosted.Group.(cluster.Reconfigurable); ok {
-		m = rc.Membership()
-	}
+	m := membershipOf(lg)
 	if s.cfg.FS == nil {
 		r := retiredRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, Epoch: m.Epoch, Members: m.Members}
 		b, _ := json.Marshal(r)
@@ -894,14 +920,14 @@ func (s *Server) retireChainMember(lg cluster.LocalGroup, g *kv.MapGroup) bool {
 	id := lg.Spec.ID
 	if len(s.multi.Hosted()) == 1 && s.multi.HostsMeta() {
 		// Its last group, beside a metadata replica: it stays up (and its
-		// master with it), as retireGroup says once.
-		return s.retireGroup(lg, 0)
+		// master with it), as retireReplica says once.
+		return s.retireReplica(lg, membershipOf(lg), 0)
 	}
 	if m, ok := s.groupMaster(id); ok {
 		s.stopChainMaster(id, m)
 	}
 	s.log.Warn("the map removes this node from a chain group and the chain no longer has it: its member retires", "group", g.ID, "chain", g.Members)
-	gone := s.retireGroup(lg, 0)
+	gone := s.retireReplica(lg, membershipOf(lg), 0)
 	if gone {
 		return true
 	}
