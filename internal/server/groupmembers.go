@@ -36,8 +36,12 @@ import (
 //   - a node whose replica of a group retired records that in the group's
 //     directory (retiredFile), which a restart does not open, and stops
 //     routing to it, until a later epoch of the group names the node
-//     again (rejoin.go); a node left with no group and no metadata
-//     replica retires as a single group's node does.
+//     again (rejoin.go); a node whose groups all retired it and that has
+//     no metadata replica retires as a single group's node does;
+//   - a node whose groups were all removed from the map (remove-group)
+//     stays up, empty: still a node of the map, it serves by forwarding
+//     and takes part in a group the map names it in later; restarted, it
+//     comes back empty (openGroups).
 // A new node (kefir server --join, no --members) waits until the map names
 // it in a group (PrepareJoin), then starts as a node of the map's groups.
 
@@ -556,9 +560,10 @@ func (s *Server) learnNodes(ns []Member) {
 // retireGroup records that this node's replica of lg retired and takes it
 // out of the routing: the group no longer has it as a member (VR retired
 // it), or, removedAt > 0, the group was taken out of the cluster map at
-// that map epoch (kefir cluster remove-group). It reports true if that was
-// the node's last replica (no metadata replica either): the node retires
-// as a whole.
+// that map epoch (kefir cluster remove-group). It reports true if VR
+// retired the node's last replica (no metadata replica either): the node
+// retires as a whole. A node whose last group was removed does not: the
+// map still lists it as a node, and it stays up, empty (noteEmpty).
 //
 // A removed group's replica is also stopped and its data (group-g/vr/)
 // deleted at once; group-g/ is kept with the retired record, which is
@@ -623,7 +628,19 @@ func (s *Server) retireReplica(lg cluster.LocalGroup, m cluster.Membership, remo
 		gs.rejoinable[id] = retiredReplica{lg: lg, rc: rc, epoch: m.Epoch}
 		gs.mu.Unlock()
 	}
-	if h, ok := s.multi.RemoveGroup(id); ok {
+	if removedAt > 0 {
+		gs.mu.Lock()
+		delete(gs.rejoinable, id) // a removed group never takes it back
+		gs.mu.Unlock()
+	}
+	// A removed group's replica leaves even as the node's last: the node
+	// stays up, empty (removedGroup). A VR replica's retirement from the
+	// node's last group keeps it hosted: the node stops, or stays up for
+	// its metadata replica, below.
+	if h, ok := s.multi.RemoveGroup(id, removedAt == 0); ok {
+		if removedAt > 0 {
+			defer s.noteEmpty(removedAt)
+		}
 		if removedAt > 0 && h.Engine != s.db {
 			if err := h.Replica.Close(); err != nil {
 				s.log.Error("stop the replica of a removed group", "group", uint64(id), "err", err)
@@ -645,6 +662,9 @@ func (s *Server) retireReplica(lg cluster.LocalGroup, m cluster.Membership, remo
 		}
 		s.log.Warn("this node's replica of a group retired: the group no longer has it as a member; stopped routing to it", "group", uint64(id), "epoch", m.Epoch, "members", m.Members)
 		return false
+	}
+	if removedAt > 0 {
+		return false // not hosted (any more): nothing to stop
 	}
 	if s.multi.HostsMeta() {
 		gs.mu.Lock()
@@ -670,6 +690,18 @@ func (s *Server) retireReplica(lg cluster.LocalGroup, m cluster.Membership, remo
 	return true
 }
 
+// noteEmpty logs, once the node's last group was removed from the map (at
+// map epoch removedAt), that the node goes on empty: it is still a node of
+// the map, serving (it forwards or redirects every request and answers
+// CLUSTER commands), and takes part in a group the map names it in later
+// (add-group --members, a placed replace-node) as any node does.
+func (s *Server) noteEmpty(removedAt uint64) {
+	if len(s.multi.Hosted()) > 0 {
+		return
+	}
+	s.log.Warn("this node hosts no group now (its last was removed from the cluster map): it stays up, empty, serving and following the map, until the map names it in a group again", "map_epoch", removedAt, "metadata_replica", s.multi.HostsMeta())
+}
+
 // retireMeta records that this node's replica of the metadata group
 // retired and stops following the map through it (the node polls the
 // group's leader from then on). It reports true if the node has nothing
@@ -692,12 +724,16 @@ func (s *Server) retireMeta(lg cluster.LocalGroup) bool {
 		gs.mu.Unlock()
 	}
 	s.log.Warn("this node's replica of the metadata group retired: the group no longer has it as a member; following the map by polling", "epoch", m.Epoch, "members", m.Members)
-	for _, lg := range s.multi.Hosted() {
+	hosted := s.multi.Hosted()
+	if len(hosted) == 0 {
+		return false // an empty node (its groups were removed) stays up
+	}
+	for _, lg := range hosted {
 		if !lg.Hosted.Group.State().Retired {
 			return false
 		}
 	}
-	return s.retireGroup(s.multi.Hosted()[0], 0)
+	return s.retireGroup(hosted[0], 0)
 }
 
 // groupSlots is a group's slot ranges as a replica's identity records them.
