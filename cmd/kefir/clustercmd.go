@@ -895,9 +895,10 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 			break
 		}
 		// No --new: the map's live nodes take old's replicas, each group
-		// the least loaded node not in it (cluster.PlanReplacePlaced).
+		// the least loaded node not in it (cluster.PlanReplacePlaced);
+		// with --group, that group's step chosen alone, as it runs.
 		live := liveNodes(ctx, mv, cm, old)
-		plan, err = cluster.PlanReplacePlaced(cm, old, func(id uint64) bool { return live[id] })
+		plan, err = cluster.PlanReplacePlacedStep(cm, old, func(id uint64) bool { return live[id] }, only)
 		for _, ch := range plan {
 			if on := placedOn(cm, ch, old); err == nil && on != 0 {
 				fmt.Fprintf(stderr, "kefir cluster: placing node %d's replica of %s on node %d\n", old, groupName(ch.Group), on)
