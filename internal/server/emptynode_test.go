@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"github.com/kefirdb/kefir/internal/cluster"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/testgroup"
-	"github.com/kefirdb/kefir/internal/vrshard"
 )
 
 // A node whose last group is removed from the map (kefir cluster
@@ -25,31 +23,12 @@ import (
 // refused. A group added on it (add-group --members 4) starts there, and a
 // slot moved to that group is served: the node is a node like any other.
 func TestEmptyNodeStaysUp(t *testing.T) {
-	addrs := testgroup.LoopbackAddrs(t, 8)
-	var ms []Member
-	for i := range 4 {
-		ms = append(ms, Member{ID: uint64(i + 1), PeerAddr: addrs[2*i], ClientAddr: addrs[2*i+1]})
-	}
-	cfgs := make([]Config, len(ms))
-	nodes := make([]*Server, len(ms))
-	for i, m := range ms {
-		cfgs[i] = Config{
-			NodeID: fmt.Sprint("n", m.ID), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
-			HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir(), ClusterSecret: "s3cret",
-			Members: ms, ReplicaID: m.ID, ClusterID: 42, Bootstrap: true,
-			Logger: testLogger(m.ID), OpenReplica: vrshard.OpenHosted,
-			Groups: []cluster.GroupSpec{
-				{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 16383}}},
-				{ID: 2, Members: []uint64{4}},
-			},
-		}
-		s, err := startNode(cfgs[i])
-		if err != nil {
-			t.Fatalf("node %d: %v", m.ID, err)
-		}
-		t.Cleanup(func() { s.Close() })
-		nodes[i] = s
-	}
+	cfgs := groupsConfigs(t, 4, []cluster.GroupSpec{
+		{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 16383}}},
+		{ID: 2, Members: []uint64{4}},
+	})
+	ms := cfgs[0].Members
+	nodes := startConfigs(t, cfgs)
 	n4 := func() *Server { return nodes[3] }
 	do := func(s *Server, want string, args ...string) {
 		t.Helper()
@@ -116,12 +95,7 @@ func TestEmptyNodeStaysUp(t *testing.T) {
 
 	// Restarted from its flags, which still name group 2.
 	nodes[3].Close()
-	s, err := startNode(cfgs[3])
-	if err != nil {
-		t.Fatalf("restart the empty node 4: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	nodes[3] = s
+	nodes[3] = startConfig(t, cfgs[3])
 	if len(n4().multi.Hosted()) != 0 {
 		t.Fatalf("restarted node 4 hosts %+v", n4().multi.Hosted())
 	}

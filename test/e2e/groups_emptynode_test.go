@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kefirdb/kefir/client"
-	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/test/e2e/cluster"
@@ -97,21 +94,7 @@ func TestGroupsEmptyNodeStaysUp(t *testing.T) {
 	if out, err := kefirCluster(t, "move-slots", addr, "--from", "1", "--to", "4", "--slots", "0-99"); err != nil {
 		t.Fatalf("move-slots to group 4: %v\n%s", err, out)
 	}
-	c := dialGroup(t, []string{n5.ClientAddr})
-	in4 := map[string]string{}
-	for i := 0; len(in4) < 20; i++ {
-		k := "g4-" + strconv.Itoa(i)
-		if kv.KeySlot([]byte(k)) > 99 {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		err := c.Put(ctx, k, []byte("v"+k), client.WithDurability(client.Sync))
-		cancel()
-		if err != nil {
-			t.Fatalf("a write to group 4 at node 5: %v", err)
-		}
-		in4[k] = "v" + k
-	}
+	in4 := putInSlots(t, dialGroup(t, []string{n5.ClientAddr}), "g4-", "group 4", func(slot uint16) bool { return slot <= 99 })
 	readBack(t, n5.ClientAddr, in4)
 	readBack(t, live[0], in4)
 	if gc, err := groupConfigOf(t, n5.ClientAddr, 4); err != nil || fmt.Sprint(gc.Members) != "[5 4 1]" {
