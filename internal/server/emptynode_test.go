@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,8 +89,20 @@ func TestEmptyNodeStaysUp(t *testing.T) {
 		if got := c.do("CLUSTER", "SLOTS"); !strings.HasPrefix(got, "[[(integer) 0, (integer) 16383, [") {
 			t.Fatalf("%s: CLUSTER SLOTS at node 4: %s", phase, got)
 		}
-		if got := c.do("INFO", "replication"); !strings.Contains(got, "empty") {
+		if got := c.do("INFO", "replication"); !strings.Contains(got, "vr_status:empty") {
 			t.Fatalf("%s: INFO replication at node 4 does not say it is empty: %s", phase, got)
+		}
+		// The admin port: /status, /metrics, /healthz (ok) and the page.
+		for _, path := range []string{"/status", "/metrics", "/healthz", "/"} {
+			r, err := http.Get("http://" + n4().HTTPAddr().String() + path)
+			if err != nil {
+				t.Fatalf("%s: GET %s at node 4: %v", phase, path, err)
+			}
+			b, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			if r.StatusCode != http.StatusOK {
+				t.Fatalf("%s: GET %s at node 4: %s %s", phase, path, r.Status, b)
+			}
 		}
 	}
 	serves("after the removal")
