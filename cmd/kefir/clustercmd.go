@@ -379,6 +379,9 @@ func runClusterRemoveGroup(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	_, err = fmt.Fprintf(stdout, "group %d is removed from the map at epoch %d; its members %v retire their replicas as they see it\n", *id, epoch, groupMembersOf(cm, cluster.GroupID(*id)))
+	if empty := cluster.EmptiedBy(cm, uint64(*id)); err == nil && len(empty) > 0 {
+		_, err = fmt.Fprintf(stdout, "nodes %v are in no other group: they stay up, empty (add-group --members or replace-node can place replicas on them)\n", empty)
+	}
 	return err
 }
 

@@ -41,7 +41,7 @@ func TestGroupsEmptyNodeStaysUp(t *testing.T) {
 	pipelineRetry(t, live[0], cmds...)
 	addr := "--addr=" + strings.Join(live[:3], ",")
 	out, err := kefirCluster(t, "remove-group", addr, "--id", "3", "--page-pause", "0")
-	if err != nil || !strings.Contains(out, "group 3 is removed from the map at epoch") {
+	if err != nil || !strings.Contains(out, "group 3 is removed from the map at epoch") || !strings.Contains(out, "nodes [5] are in no other group: they stay up, empty") {
 		t.Fatalf("remove-group --id 3: %v\n%s", err, out)
 	}
 	tomb := filepath.Join(n5.Dir, "group-3", "kefir-retired.json")
