@@ -634,13 +634,10 @@ func (s *Server) retireReplica(lg cluster.LocalGroup, m cluster.Membership, remo
 		gs.mu.Unlock()
 	}
 	// A removed group's replica leaves even as the node's last: the node
-	// stays up, empty (removedGroup). A VR replica's retirement from the
+	// stays up, empty (noteEmpty). A VR replica's retirement from the
 	// node's last group keeps it hosted: the node stops, or stays up for
 	// its metadata replica, below.
 	if h, ok := s.multi.RemoveGroup(id, removedAt == 0); ok {
-		if removedAt > 0 {
-			defer s.noteEmpty(removedAt)
-		}
 		if removedAt > 0 && h.Engine != s.db {
 			if err := h.Replica.Close(); err != nil {
 				s.log.Error("stop the replica of a removed group", "group", uint64(id), "err", err)
@@ -651,6 +648,7 @@ func (s *Server) retireReplica(lg cluster.LocalGroup, m cluster.Membership, remo
 				}
 			}
 			s.log.Warn("the group was removed from the cluster map: stopped this node's replica of it and deleted its data", "group", uint64(id), "map_epoch", removedAt, "dir", dir)
+			s.noteEmpty(removedAt)
 			return false
 		}
 		gs.mu.Lock()
@@ -658,6 +656,7 @@ func (s *Server) retireReplica(lg cluster.LocalGroup, m cluster.Membership, remo
 		gs.mu.Unlock()
 		if removedAt > 0 {
 			s.log.Warn("the group was removed from the cluster map: stopped routing to this node's replica of it; it is closed at shutdown and its data deleted at the next start", "group", uint64(id), "map_epoch", removedAt)
+			s.noteEmpty(removedAt)
 			return false
 		}
 		s.log.Warn("this node's replica of a group retired: the group no longer has it as a member; stopped routing to it", "group", uint64(id), "epoch", m.Epoch, "members", m.Members)
