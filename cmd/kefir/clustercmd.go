@@ -379,6 +379,9 @@ func runClusterRemoveGroup(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	_, err = fmt.Fprintf(stdout, "group %d is removed from the map at epoch %d; its members %v retire their replicas as they see it\n", *id, epoch, groupMembersOf(cm, cluster.GroupID(*id)))
+	if empty := cluster.EmptiedBy(cm, uint64(*id)); err == nil && len(empty) > 0 {
+		_, err = fmt.Fprintf(stdout, "nodes %v are in no other group: they stay up, empty (add-group --members or replace-node can place replicas on them)\n", empty)
+	}
 	return err
 }
 
@@ -895,9 +898,10 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 			break
 		}
 		// No --new: the map's live nodes take old's replicas, each group
-		// the least loaded node not in it (cluster.PlanReplacePlaced).
+		// the least loaded node not in it (cluster.PlanReplacePlaced);
+		// with --group, that group's step chosen alone, as it runs.
 		live := liveNodes(ctx, mv, cm, old)
-		plan, err = cluster.PlanReplacePlaced(cm, old, func(id uint64) bool { return live[id] })
+		plan, err = cluster.PlanReplacePlacedStep(cm, old, func(id uint64) bool { return live[id] }, only)
 		for _, ch := range plan {
 			if on := placedOn(cm, ch, old); err == nil && on != 0 {
 				fmt.Fprintf(stderr, "kefir cluster: placing node %d's replica of %s on node %d\n", old, groupName(ch.Group), on)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/resp"
 	"github.com/kefirdb/kefir/internal/shard"
 )
@@ -219,7 +220,7 @@ func TestMultiAddsAndRemovesGroups(t *testing.T) {
 		if err := mu.AddGroup(LocalGroup{Spec: spec2, Hosted: Hosted{Replica: g2, Group: &stateGroup{}}}); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := mu.RemoveGroup(2); !ok {
+		if _, ok := mu.RemoveGroup(2, true); !ok {
 			t.Fatal("group 2 not removed")
 		}
 		mu.SetNodes([]Member{{ID: 4, ClientAddr: "n4:4"}})
@@ -235,18 +236,62 @@ func TestMultiAddsAndRemovesGroups(t *testing.T) {
 	if got, err := write(k2); err != nil || string(got) != "g2" {
 		t.Fatalf("a key of group 2 once added: %q %v", got, err)
 	}
-	if _, ok := mu.RemoveGroup(2); !ok {
+	if _, ok := mu.RemoveGroup(2, true); !ok {
 		t.Fatal("group 2 not removed")
 	}
 	if _, err := write(k2); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("a key of group 2 once removed: %v", err)
 	}
-	if _, ok := mu.RemoveGroup(1); ok {
-		t.Fatal("the node's last group was removed")
+	if _, ok := mu.RemoveGroup(1, true); ok {
+		t.Fatal("the node's last group was removed (keepLast)")
 	}
 	if n, ok := mu.Node(4); !ok || n.ClientAddr != "n4:4" || len(mu.Nodes()) != 4 || mu.Nodes()[3].ID != 4 {
 		t.Fatalf("nodes learned: %+v", mu.Nodes())
 	}
+	// Its last group removed (the map removed it), the node is empty:
+	// every key goes elsewhere, and it takes a group again.
+	if _, ok := mu.RemoveGroup(1, false); !ok {
+		t.Fatal("the node's last group was not removed")
+	}
+	checkEmptyMulti(t, mu, keyIn(m, 1))
+	if err := mu.AddGroup(LocalGroup{Spec: spec2, Hosted: Hosted{Replica: g2, Group: &stateGroup{}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := write(k2); err != nil || string(got) != "g2" {
+		t.Fatalf("a key of group 2 added to an empty node: %q %v", got, err)
+	}
+}
+
+// checkEmptyMulti checks that mu, a node that hosts no group, redirects a
+// write of key k to the group's leader and reports itself empty without
+// failing the checks every request makes.
+func checkEmptyMulti(t *testing.T, mu *Multi, k string) {
+	t.Helper()
+	if len(mu.Hosted()) != 0 {
+		t.Fatalf("hosted: %+v", mu.Hosted())
+	}
+	reqs := []shard.WriteReq{{Op: kv.Op{Kind: kv.KindSet, Key: []byte(k), Value: []byte("x")}}}
+	if _, err := mu.Apply(context.Background(), reqs); err != nil || !errors.Is(reqs[0].Err, ErrNotLeader) {
+		t.Fatalf("a write at an empty node: %v %v, want a redirect", err, reqs[0].Err)
+	}
+	if st := mu.State(); st.Status != StatusEmpty || st.Self != 1 {
+		t.Fatalf("an empty node's state: %+v", st)
+	}
+	if err := mu.CheckConsistency(level.ConsLinearizable); err != nil {
+		t.Fatal(err)
+	}
+	if err := mu.CheckDurability(level.Sync); err != nil {
+		t.Fatal(err)
+	}
+	_ = mu.Stats()
+	_ = mu.ViewEvents()
+}
+
+// TestMultiEmpty: a node restarted after its last group was removed opens
+// with no group (NewMulti of none) and routes every request elsewhere.
+func TestMultiEmpty(t *testing.T) {
+	mu, m, _ := newTestMulti(t)
+	checkEmptyMulti(t, mu, keyIn(m, 2))
 }
 
 // TestPlanNodeChangeOfChainGroups: replace-node and remove-node plan a
@@ -340,5 +385,24 @@ func TestChainChangeDoneWaitsForTheFlush(t *testing.T) {
 	cm.Groups[0].Joining = nil
 	if !ChainChangeDone(cm, ch) {
 		t.Fatal("not done once 5's flush is done")
+	}
+}
+
+// TestClusterStatusNodeGroups: kefir cluster status names each node's
+// groups, and a node of the map in none (its groups removed) as empty.
+func TestClusterStatusNodeGroups(t *testing.T) {
+	cm := &kv.ClusterMap{Epoch: 4, Meta: []uint64{1, 2, 3},
+		Nodes:  []kv.MapNode{{ID: 1, ClientAddr: "c1"}, {ID: 2, ClientAddr: "c2"}, {ID: 3, ClientAddr: "c3"}, {ID: 4, ClientAddr: "c4"}, {ID: 5, ClientAddr: "c5"}},
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 4}}, {ID: 2, Members: []uint64{2, 4, 1}}}, Removed: []uint64{3}}
+	st := (ClusterStatus{Map: cm}).String()
+	for _, want := range []string{
+		"  1  client c1  peer   groups [1 2] and the metadata group\n",
+		"  3  client c3  peer   no data groups (the metadata group only)\n",
+		"  4  client c4  peer   groups [1 2]\n",
+		"  5  client c5  peer   no groups (empty: add-group --members or replace-node can place replicas on it)\n",
+	} {
+		if !strings.Contains(st, want) {
+			t.Errorf("status lacks %q:\n%s", want, st)
+		}
 	}
 }

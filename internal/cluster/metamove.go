@@ -343,7 +343,7 @@ func (st ClusterStatus) String() string {
 	fmt.Fprintf(&b, "map epoch %d (metadata group led by %s)\n", cm.Epoch, st.MetaLeader)
 	fmt.Fprintf(&b, "nodes:\n")
 	for _, n := range cm.Nodes {
-		fmt.Fprintf(&b, "  %d  client %s  peer %s\n", n.ID, n.ClientAddr, n.PeerAddr)
+		fmt.Fprintf(&b, "  %d  client %s  peer %s  %s\n", n.ID, n.ClientAddr, n.PeerAddr, nodeGroups(cm, n.ID))
 	}
 	fmt.Fprintf(&b, "groups:\n")
 	for _, g := range cm.Groups {
@@ -383,6 +383,31 @@ func (st ClusterStatus) String() string {
 			FormatSlotRanges(m.Slots), m.From, m.To, m.Epoch, m.Driver, m.Beat, mark)
 	}
 	return b.String()
+}
+
+// nodeGroups says which of cm's groups node id is a member of, for
+// kefir cluster status: "groups [1 3]", with "and the metadata group", or
+// "no groups (empty ...)" for a node of the map that hosts none (added,
+// not given a group yet, or its groups were removed): it serves by
+// forwarding, and add-group --members or replace-node can place replicas
+// on it.
+func nodeGroups(cm *kv.ClusterMap, id uint64) string {
+	var in []uint64
+	for _, g := range cm.Groups {
+		if slices.Contains(g.Members, id) {
+			in = append(in, g.ID)
+		}
+	}
+	meta := slices.Contains(cm.MetaMembers(), id)
+	switch {
+	case len(in) == 0 && meta:
+		return "no data groups (the metadata group only)"
+	case len(in) == 0:
+		return "no groups (empty: add-group --members or replace-node can place replicas on it)"
+	case meta:
+		return fmt.Sprintf("groups %v and the metadata group", in)
+	}
+	return fmt.Sprintf("groups %v", in)
 }
 
 // AddNode records node id (client and peer addresses) in the metadata

@@ -101,11 +101,11 @@ type localGroup struct {
 var ErrCrossSlot = &ReplyError{"CROSSSLOT Keys in request don't hash to the same slot"}
 
 // NewMulti returns the replica of node self (whose peers' client addresses
-// members names) that routes by slots to the hosted groups.
+// members names) that routes by slots to the hosted groups. A node may host
+// none (an empty node: every group it had was removed, kefir cluster
+// remove-group): it routes every request elsewhere, answers for the map,
+// and serves the groups it is given later (AddGroup).
 func NewMulti(slots *SlotMap, self uint64, members []Member, groups []LocalGroup) (*Multi, error) {
-	if len(groups) == 0 {
-		return nil, errors.New("cluster: a node hosts no group")
-	}
 	m := &Multi{self: self}
 	m.slots.Store(slots)
 	ms := map[uint64]Member{}
@@ -121,8 +121,12 @@ func NewMulti(slots *SlotMap, self uint64, members []Member, groups []LocalGroup
 		set = set.with(newLocalGroup(lg))
 	}
 	m.set.Store(set)
-	// Every hosted group runs the same engine: they share read paths.
-	m.paths = set.local[0].h.Replica.ReadPaths()
+	// Every hosted group runs the same engine: they share read paths. An
+	// empty node takes the general ones (Read), also for a group it is
+	// given later.
+	if len(set.local) > 0 {
+		m.paths = set.local[0].h.Replica.ReadPaths()
+	}
 	// ReadKey's answer names no group, so a session could not tell which
 	// group's position it read: the front door takes Read, whose result
 	// does (a replica group's engine has no ReadKey path anyway).
@@ -174,15 +178,17 @@ func (m *Multi) AddGroup(lg LocalGroup) error {
 }
 
 // RemoveGroup takes hosted group id out of m (its replica retired: the
-// group no longer has this node) and returns it for the caller to close.
-// The node's last group is not removed (ok false): a node that hosts none
-// stops instead.
-func (m *Multi) RemoveGroup(id GroupID) (h Hosted, ok bool) {
+// group no longer has this node, or the group was removed from the map)
+// and returns it for the caller to close. With keepLast the node's last
+// group is not removed (ok false: a node whose last replica retired stops,
+// or stays up for its metadata replica, with the replica kept); without,
+// the node goes on empty (its last group was removed from the map).
+func (m *Multi) RemoveGroup(id GroupID, keepLast bool) (h Hosted, ok bool) {
 	m.setMu.Lock()
 	defer m.setMu.Unlock()
 	cur := m.hs()
 	g := cur.byID[id]
-	if g == nil || len(cur.local) == 1 {
+	if g == nil || (keepLast && len(cur.local) == 1) {
 		return Hosted{}, false
 	}
 	n := &hostedSet{byID: maps.Clone(cur.byID)}
@@ -426,7 +432,7 @@ func (m *Multi) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pending
 
 // Wait waits for every acknowledgement p holds (each group's writes).
 func (m *Multi) Wait(ctx context.Context, p shard.Pending) error {
-	if p.SyncPos != 0 {
+	if p.SyncPos != 0 && len(m.hs().local) > 0 {
 		return m.hs().local[0].h.Replica.Wait(ctx, p)
 	}
 	for _, a := range p.Acks {
@@ -814,12 +820,28 @@ func (m *Multi) TryRead(op kv.Op, c level.Consistency) (kv.Result, bool) {
 // docs/design/cluster.md §8. Sessions compose too: each keeps its own
 // position per group's log.
 func (m *Multi) CheckConsistency(c level.Consistency) error {
-	return m.hs().local[0].h.Replica.CheckConsistency(c)
+	g := m.first()
+	if g == nil {
+		return nil // an empty node: the group that serves it decides
+	}
+	return g.h.Replica.CheckConsistency(c)
 }
 
 // CheckDurability is the hosted groups' (one engine).
 func (m *Multi) CheckDurability(d level.Durability) error {
-	return m.hs().local[0].h.Replica.CheckDurability(d)
+	g := m.first()
+	if g == nil {
+		return nil // an empty node: the group that serves it decides
+	}
+	return g.h.Replica.CheckDurability(d)
+}
+
+// first is the first hosted group (nil: the node hosts none).
+func (m *Multi) first() *localGroup {
+	if l := m.hs().local; len(l) > 0 {
+		return l[0]
+	}
+	return nil
 }
 
 // Status adds up the hosted groups'.
@@ -877,14 +899,32 @@ func (m *Multi) Engines() []*storage.DB {
 // it is its first hosted group's (per-group state is in CLUSTER SHARDS and
 // NODES); the nilext fast path is off across groups.
 
-// State is the first hosted group's.
-func (m *Multi) State() State { return m.hs().local[0].h.Group.State() }
+// State is the first hosted group's; an empty node's says so (StatusEmpty).
+func (m *Multi) State() State {
+	if g := m.first(); g != nil {
+		return g.h.Group.State()
+	}
+	return State{Self: m.self, Status: StatusEmpty}
+}
 
-// Stats are the first hosted group's.
-func (m *Multi) Stats() Stats { return m.hs().local[0].h.Group.Stats() }
+// StatusEmpty is State.Status at a node that hosts no group.
+const StatusEmpty = "empty"
 
-// ViewEvents are the first hosted group's.
-func (m *Multi) ViewEvents() []ViewEvent { return m.hs().local[0].h.Group.ViewEvents() }
+// Stats are the first hosted group's (none: zero).
+func (m *Multi) Stats() Stats {
+	if g := m.first(); g != nil {
+		return g.h.Group.Stats()
+	}
+	return Stats{}
+}
+
+// ViewEvents are the first hosted group's (none: none).
+func (m *Multi) ViewEvents() []ViewEvent {
+	if g := m.first(); g != nil {
+		return g.h.Group.ViewEvents()
+	}
+	return nil
+}
 
 // GroupState returns hosted group id's state.
 func (m *Multi) GroupState(id GroupID) (State, bool) {

@@ -34,6 +34,18 @@ import (
 // of already (old in its Leaving: an earlier run's wish under way) keeps
 // that wish's joiners rather than choosing another.
 func PlanReplacePlaced(cm *kv.ClusterMap, old uint64, live func(id uint64) bool) ([]GroupChange, error) {
+	return PlanReplacePlacedStep(cm, old, live, 0)
+}
+
+// PlanReplacePlacedStep is PlanReplacePlaced of group only's step alone
+// (kefir cluster replace-node --group G; 0: every step): chosen as if the
+// other steps were not planned, since they are not run with it. The
+// metadata group's step of the whole plan may take a node that only an
+// earlier data step made a data node (a node of no group, the least
+// loaded); run alone, that step would give the metadata group a node that
+// hosts no data group. Alone, it takes a node that is a data node in cm.
+// A plan without only's group is empty.
+func PlanReplacePlacedStep(cm *kv.ClusterMap, old uint64, live func(id uint64) bool, only GroupID) ([]GroupChange, error) {
 	if !slices.ContainsFunc(cm.Nodes, func(n kv.MapNode) bool { return n.ID == old }) {
 		return nil, fmt.Errorf("node %d is not a node of the cluster map (epoch %d)", old, cm.Epoch)
 	}
@@ -41,7 +53,7 @@ func PlanReplacePlaced(cm *kv.ClusterMap, old uint64, live func(id uint64) bool)
 	inData := slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return slices.Contains(g.Members, old) })
 	var out []GroupChange
 	for _, g := range mapGroups(cm) {
-		if !slices.Contains(g.Members, old) {
+		if !slices.Contains(g.Members, old) || (only != 0 && GroupID(g.ID) != only) {
 			continue
 		}
 		if g.IsChain() && slices.Contains(g.Leaving, old) {

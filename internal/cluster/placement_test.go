@@ -74,6 +74,20 @@ func TestPlanReplacePlaced(t *testing.T) {
 		// metadata group may then take it (1 replica against 4's 3).
 		t.Fatalf("metadata group: %+v %v", plan, err)
 	}
+	// replace-node --group 65535: the metadata step alone (group 1's step,
+	// which made 6 a data node, is not run with it) takes 4, a data node
+	// in the map, never 6, which would host the metadata group only.
+	plan, err = PlanReplacePlacedStep(cm2, 1, all, MetaGroupID)
+	if err != nil || len(plan) != 1 || plan[0].Group != MetaGroupID || !slices.Equal(plan[0].Members, []uint64{4, 2, 3}) {
+		t.Fatalf("the metadata step alone: %+v %v", plan, err)
+	}
+	plan, err = PlanReplacePlacedStep(cm2, 1, all, 1)
+	if err != nil || len(plan) != 1 || plan[0].Group != 1 || !slices.Equal(plan[0].Members, []uint64{6, 2, 4}) {
+		t.Fatalf("group 1's step alone: %+v %v", plan, err)
+	}
+	if plan, err = PlanReplacePlacedStep(cm2, 1, all, 7); err != nil || len(plan) != 0 {
+		t.Fatalf("a group old is not in: %+v %v", plan, err)
+	}
 	// A chain group: the chosen node joins before the tail, old leaves;
 	// a node leaving the chain is not chosen.
 	cm3 := &kv.ClusterMap{Epoch: 2, Nodes: nodes(1, 2, 3, 4, 5),

@@ -157,3 +157,23 @@ func CheckRemoveGroup(cm *kv.ClusterMap, id uint64) (slots int, err error) {
 	}
 	return slots, nil
 }
+
+// EmptiedBy returns the members of group id in cm that are members of no
+// other data group (nor joining a chain): nodes its removal leaves empty.
+// They stay up, serving (docs/design/cluster.md, "An empty node"), and the
+// command names them so the operator knows where replicas can go next.
+func EmptiedBy(cm *kv.ClusterMap, id uint64) []uint64 {
+	g, ok := cm.Group(id)
+	if !ok {
+		return nil
+	}
+	var out []uint64
+	for _, n := range g.Members {
+		if !slices.ContainsFunc(cm.Groups, func(o kv.MapGroup) bool {
+			return o.ID != id && (slices.Contains(o.Members, n) || slices.Contains(o.Joining, n))
+		}) {
+			out = append(out, n)
+		}
+	}
+	return out
+}

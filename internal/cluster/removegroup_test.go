@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -31,5 +32,26 @@ func TestCheckRemoveGroup(t *testing.T) {
 	cm.Groups = cm.Groups[:1]
 	if _, err := CheckRemoveGroup(cm, 1); err == nil || !strings.Contains(err.Error(), "last data group") {
 		t.Errorf("the last group: %v", err)
+	}
+}
+
+// TestEmptiedBy: the members of a removed group that are in no other data
+// group (a chain's joiner counts as in it): kefir up --nodes 5 --groups 3's
+// group 3 leaves node 5 empty.
+func TestEmptiedBy(t *testing.T) {
+	cm := &kv.ClusterMap{Groups: []kv.MapGroup{
+		{ID: 1, Members: []uint64{1, 2, 3}}, {ID: 2, Members: []uint64{2, 3, 4}}, {ID: 3, Members: []uint64{3, 4, 5}}}}
+	if got := EmptiedBy(cm, 3); !slices.Equal(got, []uint64{5}) {
+		t.Errorf("group 3: %v, want [5]", got)
+	}
+	if got := EmptiedBy(cm, 1); !slices.Equal(got, []uint64{1}) {
+		t.Errorf("group 1: %v, want [1]", got)
+	}
+	cm.Groups = append(cm.Groups, kv.MapGroup{ID: 4, Members: []uint64{2}, Joining: []uint64{5}, Engine: kv.EngineChain})
+	if got := EmptiedBy(cm, 3); len(got) != 0 {
+		t.Errorf("group 3, node 5 joining chain 4: %v, want none", got)
+	}
+	if got := EmptiedBy(cm, 9); got != nil {
+		t.Errorf("no group 9: %v", got)
 	}
 }

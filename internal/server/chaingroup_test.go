@@ -138,32 +138,12 @@ func TestChainGroupInACluster(t *testing.T) {
 // metadata members of the group's creation (followChainMasters off): no
 // master hears them, and the acting one's orders are refused.
 func TestChainGroupFollowsTheMetadataMembers(t *testing.T) {
-	addrs := testgroup.LoopbackAddrs(t, 12)
-	var ms []Member
-	for i := range 6 {
-		ms = append(ms, Member{ID: uint64(i + 1), PeerAddr: addrs[2*i], ClientAddr: addrs[2*i+1]})
-	}
-	nodes := make([]*Server, len(ms))
-	for i, m := range ms {
-		cfg := Config{
-			NodeID: fmt.Sprint("n", m.ID), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
-			HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir(), ClusterSecret: "s3cret",
-			Members: ms, ReplicaID: m.ID, ClusterID: 42, Bootstrap: true,
-			Logger: testLogger(m.ID), OpenReplica: vrshard.OpenHosted,
-			OpenChainReplica: vrshard.OpenChainGroup(vrshard.ChainStoreOptions{}),
-			Groups: []cluster.GroupSpec{
-				{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
-				{ID: 2, Members: []uint64{6, 4, 5}, Slots: []cluster.SlotRange{{Start: 8192, End: 16383}}},
-			},
-			ChainGroups: []cluster.GroupID{2},
-		}
-		s, err := startNode(cfg)
-		if err != nil {
-			t.Fatalf("node %d: %v", m.ID, err)
-		}
-		t.Cleanup(func() { s.Close() })
-		nodes[i] = s
-	}
+	cfgs := groupsConfigs(t, 6, []cluster.GroupSpec{
+		{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
+		{ID: 2, Members: []uint64{6, 4, 5}, Slots: []cluster.SlotRange{{Start: 8192, End: 16383}}},
+	}, 2)
+	ms := cfgs[0].Members
+	nodes := startConfigs(t, cfgs)
 	node := func(id uint64) *Server { return nodes[id-1] }
 	var keys []string
 	for i := 0; len(keys) < 40; i++ {
@@ -303,35 +283,16 @@ func testLogger(id uint64) *slog.Logger {
 // every acknowledged write is there. Before, the admin port asked only a
 // single chain's master (404 at a cluster's nodes).
 func TestChainGroupRestartWithout(t *testing.T) {
-	addrs := testgroup.LoopbackAddrs(t, 10)
-	var ms []Member
-	for i := range 5 {
-		ms = append(ms, Member{ID: uint64(i + 1), PeerAddr: addrs[2*i], ClientAddr: addrs[2*i+1]})
-	}
-	cfgs := make([]Config, len(ms))
-	nodes := make([]*Server, len(ms))
+	cfgs := groupsConfigs(t, 5, []cluster.GroupSpec{
+		{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
+		{ID: 2, Members: []uint64{4, 5}, Slots: []cluster.SlotRange{{Start: 8192, End: 16383}}},
+	}, 2)
+	nodes := make([]*Server, len(cfgs))
 	start := func(i int) {
 		t.Helper()
-		s, err := startNode(cfgs[i])
-		if err != nil {
-			t.Fatalf("node %d: %v", i+1, err)
-		}
-		t.Cleanup(func() { s.Close() })
-		nodes[i] = s
+		nodes[i] = startConfig(t, cfgs[i])
 	}
-	for i, m := range ms {
-		cfgs[i] = Config{
-			NodeID: fmt.Sprint("n", m.ID), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
-			HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir(), ClusterSecret: "s3cret",
-			Members: ms, ReplicaID: m.ID, ClusterID: 42, Bootstrap: true,
-			Logger: testLogger(m.ID), OpenReplica: vrshard.OpenHosted,
-			OpenChainReplica: vrshard.OpenChainGroup(vrshard.ChainStoreOptions{}),
-			Groups: []cluster.GroupSpec{
-				{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
-				{ID: 2, Members: []uint64{4, 5}, Slots: []cluster.SlotRange{{Start: 8192, End: 16383}}},
-			},
-			ChainGroups: []cluster.GroupID{2},
-		}
+	for i := range cfgs {
 		start(i)
 	}
 	var keys []string
@@ -409,33 +370,13 @@ func TestChainGroupRestartWithout(t *testing.T) {
 // last group: it records its retirement); every write, before and after,
 // reads back at node 5.
 func TestChainGroupReplaceMember(t *testing.T) {
-	addrs := testgroup.LoopbackAddrs(t, 10)
-	var ms []Member
-	for i := range 5 {
-		ms = append(ms, Member{ID: uint64(i + 1), PeerAddr: addrs[2*i], ClientAddr: addrs[2*i+1]})
-	}
-	nodes := make([]*Server, len(ms))
-	for i, m := range ms {
-		cfg := Config{
-			NodeID: fmt.Sprint("n", m.ID), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
-			HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir(), ClusterSecret: "s3cret",
-			Members: ms, ReplicaID: m.ID, ClusterID: 42, Bootstrap: true,
-			Logger: testLogger(m.ID), OpenReplica: vrshard.OpenHosted,
-			OpenChainReplica: vrshard.OpenChainGroup(vrshard.ChainStoreOptions{}),
-			Groups: []cluster.GroupSpec{
-				{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
-				{ID: 2, Members: []uint64{4, 3}, Slots: []cluster.SlotRange{{Start: 8192, End: 12287}}},
-				{ID: 3, Members: []uint64{5}, Slots: []cluster.SlotRange{{Start: 12288, End: 16383}}},
-			},
-			ChainGroups: []cluster.GroupID{2},
-		}
-		s, err := startNode(cfg)
-		if err != nil {
-			t.Fatalf("node %d: %v", m.ID, err)
-		}
-		t.Cleanup(func() { s.Close() })
-		nodes[i] = s
-	}
+	cfgs := groupsConfigs(t, 5, []cluster.GroupSpec{
+		{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
+		{ID: 2, Members: []uint64{4, 3}, Slots: []cluster.SlotRange{{Start: 8192, End: 12287}}},
+		{ID: 3, Members: []uint64{5}, Slots: []cluster.SlotRange{{Start: 12288, End: 16383}}},
+	}, 2)
+	ms := cfgs[0].Members
+	nodes := startConfigs(t, cfgs)
 	node := func(id uint64) *Server { return nodes[id-1] }
 	var keys []string
 	for i := 0; len(keys) < 20; i++ {

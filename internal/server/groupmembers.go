@@ -36,8 +36,12 @@ import (
 //   - a node whose replica of a group retired records that in the group's
 //     directory (retiredFile), which a restart does not open, and stops
 //     routing to it, until a later epoch of the group names the node
-//     again (rejoin.go); a node left with no group and no metadata
-//     replica retires as a single group's node does.
+//     again (rejoin.go); a node whose groups all retired it and that has
+//     no metadata replica retires as a single group's node does;
+//   - a node whose groups were all removed from the map (remove-group)
+//     stays up, empty: still a node of the map, it serves by forwarding
+//     and takes part in a group the map names it in later; restarted, it
+//     comes back empty (openGroups).
 // A new node (kefir server --join, no --members) waits until the map names
 // it in a group (PrepareJoin), then starts as a node of the map's groups.
 
@@ -556,9 +560,10 @@ func (s *Server) learnNodes(ns []Member) {
 // retireGroup records that this node's replica of lg retired and takes it
 // out of the routing: the group no longer has it as a member (VR retired
 // it), or, removedAt > 0, the group was taken out of the cluster map at
-// that map epoch (kefir cluster remove-group). It reports true if that was
-// the node's last replica (no metadata replica either): the node retires
-// as a whole.
+// that map epoch (kefir cluster remove-group). It reports true if VR
+// retired the node's last replica (no metadata replica either): the node
+// retires as a whole. A node whose last group was removed does not: the
+// map still lists it as a node, and it stays up, empty (noteEmpty).
 //
 // A removed group's replica is also stopped and its data (group-g/vr/)
 // deleted at once; group-g/ is kept with the retired record, which is
@@ -571,14 +576,43 @@ func (s *Server) learnNodes(ns []Member) {
 // own handle (INFO, metrics, DBSIZE read it: the first group it opened)
 // is closed at shutdown like a VR-retired one, and its vr/ deleted at the
 // next start (openGroups).
+//
+// A VR replica's retirement (removedAt 0) is not recorded while its
+// configuration names this node: a later epoch named it again (VR's
+// start-epoch, adopted by the retired replica, which stays open) between
+// syncGroups' look at its State and this read. The record would carry
+// that epoch, the replica would leave the routing, and neither
+// rejoinRetired nor a restart's mayRejoin (both want an epoch later than
+// the record's) would take it back until a still later one; the watcher
+// looks again at the next poll instead. A chain member that left its
+// chain is not a VR retirement: its configuration (the member list it
+// opened with) still names the node, and the chain's "named again" is
+// the map's (leftChain) — retireChainMember records it through
+// retireReplica.
 func (s *Server) retireGroup(lg cluster.LocalGroup, removedAt uint64) bool {
+	m := membershipOf(lg)
+	if removedAt == 0 && slices.Contains(m.Members, s.cfg.ReplicaID) {
+		return false
+	}
+	return s.retireReplica(lg, m, removedAt)
+}
+
+// membershipOf is hosted group lg's durable configuration (none: a
+// replica that does not reconfigure).
+func membershipOf(lg cluster.LocalGroup) cluster.Membership {
+	if rc, ok := lg.Hosted.Group.(cluster.Reconfigurable); ok {
+		return rc.Membership()
+	}
+	return cluster.Membership{}
+}
+
+// retireReplica is retireGroup without the VR guard: lg's retirement is
+// recorded with configuration m (the record's epoch and members) whatever
+// m says.
+func (s *Server) retireReplica(lg cluster.LocalGroup, m cluster.Membership, removedAt uint64) bool {
 	gs := s.groups
 	id := lg.Spec.ID
 	dir := groupDir(s.cfg.DataDir, id)
-	var m cluster.Membership
-	if rc, ok := lg.Hosted.Group.(cluster.Reconfigurable); ok {
-		m = rc.Membership()
-	}
 	r := retiredRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, Epoch: m.Epoch, Members: m.Members, RemovedAt: removedAt}
 	if s.cfg.FS == nil {
 		if _, err := os.Stat(filepath.Join(dir, retiredFile)); err != nil {
@@ -594,7 +628,16 @@ func (s *Server) retireGroup(lg cluster.LocalGroup, removedAt uint64) bool {
 		gs.rejoinable[id] = retiredReplica{lg: lg, rc: rc, epoch: m.Epoch}
 		gs.mu.Unlock()
 	}
-	if h, ok := s.multi.RemoveGroup(id); ok {
+	if removedAt > 0 {
+		gs.mu.Lock()
+		delete(gs.rejoinable, id) // a removed group never takes it back
+		gs.mu.Unlock()
+	}
+	// A removed group's replica leaves even as the node's last: the node
+	// stays up, empty (noteEmpty). A VR replica's retirement from the
+	// node's last group keeps it hosted: the node stops, or stays up for
+	// its metadata replica, below.
+	if h, ok := s.multi.RemoveGroup(id, removedAt == 0); ok {
 		if removedAt > 0 && h.Engine != s.db {
 			if err := h.Replica.Close(); err != nil {
 				s.log.Error("stop the replica of a removed group", "group", uint64(id), "err", err)
@@ -605,6 +648,7 @@ func (s *Server) retireGroup(lg cluster.LocalGroup, removedAt uint64) bool {
 				}
 			}
 			s.log.Warn("the group was removed from the cluster map: stopped this node's replica of it and deleted its data", "group", uint64(id), "map_epoch", removedAt, "dir", dir)
+			s.noteEmpty(removedAt)
 			return false
 		}
 		gs.mu.Lock()
@@ -612,10 +656,14 @@ func (s *Server) retireGroup(lg cluster.LocalGroup, removedAt uint64) bool {
 		gs.mu.Unlock()
 		if removedAt > 0 {
 			s.log.Warn("the group was removed from the cluster map: stopped routing to this node's replica of it; it is closed at shutdown and its data deleted at the next start", "group", uint64(id), "map_epoch", removedAt)
+			s.noteEmpty(removedAt)
 			return false
 		}
 		s.log.Warn("this node's replica of a group retired: the group no longer has it as a member; stopped routing to it", "group", uint64(id), "epoch", m.Epoch, "members", m.Members)
 		return false
+	}
+	if removedAt > 0 {
+		return false // not hosted (any more): nothing to stop
 	}
 	if s.multi.HostsMeta() {
 		gs.mu.Lock()
@@ -641,6 +689,18 @@ func (s *Server) retireGroup(lg cluster.LocalGroup, removedAt uint64) bool {
 	return true
 }
 
+// noteEmpty logs, once the node's last group was removed from the map (at
+// map epoch removedAt), that the node goes on empty: it is still a node of
+// the map, serving (it forwards or redirects every request and answers
+// CLUSTER commands), and takes part in a group the map names it in later
+// (add-group --members, a placed replace-node) as any node does.
+func (s *Server) noteEmpty(removedAt uint64) {
+	if len(s.multi.Hosted()) > 0 {
+		return
+	}
+	s.log.Warn("this node hosts no group now (its last was removed from the cluster map): it stays up, empty, serving and following the map, until the map names it in a group again", "map_epoch", removedAt, "metadata_replica", s.multi.HostsMeta())
+}
+
 // retireMeta records that this node's replica of the metadata group
 // retired and stops following the map through it (the node polls the
 // group's leader from then on). It reports true if the node has nothing
@@ -648,10 +708,7 @@ func (s *Server) retireGroup(lg cluster.LocalGroup, removedAt uint64) bool {
 func (s *Server) retireMeta(lg cluster.LocalGroup) bool {
 	gs := s.groups
 	dir := groupDir(s.cfg.DataDir, cluster.MetaGroupID)
-	var m cluster.Membership
-	if rc, ok := lg.Hosted.Group.(cluster.Reconfigurable); ok {
-		m = rc.Membership()
-	}
+	m := membershipOf(lg)
 	if s.cfg.FS == nil {
 		r := retiredRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, Epoch: m.Epoch, Members: m.Members}
 		b, _ := json.Marshal(r)
@@ -666,12 +723,16 @@ func (s *Server) retireMeta(lg cluster.LocalGroup) bool {
 		gs.mu.Unlock()
 	}
 	s.log.Warn("this node's replica of the metadata group retired: the group no longer has it as a member; following the map by polling", "epoch", m.Epoch, "members", m.Members)
-	for _, lg := range s.multi.Hosted() {
+	hosted := s.multi.Hosted()
+	if len(hosted) == 0 {
+		return false // an empty node (its groups were removed) stays up
+	}
+	for _, lg := range hosted {
 		if !lg.Hosted.Group.State().Retired {
 			return false
 		}
 	}
-	return s.retireGroup(s.multi.Hosted()[0], 0)
+	return s.retireGroup(hosted[0], 0)
 }
 
 // groupSlots is a group's slot ranges as a replica's identity records them.
@@ -894,14 +955,14 @@ func (s *Server) retireChainMember(lg cluster.LocalGroup, g *kv.MapGroup) bool {
 	id := lg.Spec.ID
 	if len(s.multi.Hosted()) == 1 && s.multi.HostsMeta() {
 		// Its last group, beside a metadata replica: it stays up (and its
-		// master with it), as retireGroup says once.
-		return s.retireGroup(lg, 0)
+		// master with it), as retireReplica says once.
+		return s.retireReplica(lg, membershipOf(lg), 0)
 	}
 	if m, ok := s.groupMaster(id); ok {
 		s.stopChainMaster(id, m)
 	}
 	s.log.Warn("the map removes this node from a chain group and the chain no longer has it: its member retires", "group", g.ID, "chain", g.Members)
-	gone := s.retireGroup(lg, 0)
+	gone := s.retireReplica(lg, membershipOf(lg), 0)
 	if gone {
 		return true
 	}

@@ -209,6 +209,9 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 			for _, lg := range locals {
 				_ = lg.Hosted.Replica.Close()
 			}
+			if s.emptyDB != nil {
+				_ = s.emptyDB.Close()
+			}
 			tr.Close()
 		}
 	}()
@@ -269,8 +272,20 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 			}
 		}
 	}
-	if len(locals) == 0 {
-		return cluster.Hosted{}, fmt.Errorf("%w: node %d hosts no replica of any group: every one it had retired (%s)", ErrRetired, cfg.ReplicaID, cfg.DataDir)
+	var engine *storage.DB // the node's handle (INFO, metrics): its first group's
+	if len(locals) > 0 {
+		engine = locals[0].Hosted.Engine
+	} else {
+		// Every group it had is gone and the node did not retire as a
+		// whole (CheckRetired above): its groups were removed from the
+		// map (kefir cluster remove-group) and it stayed up, empty
+		// (retireGroup). It comes back so, serving by forwarding until
+		// the map names it in a group; its handle is an empty engine in
+		// memory, which nothing writes.
+		if engine, err = s.openEmptyEngine(); err != nil {
+			return cluster.Hosted{}, err
+		}
+		s.log.Warn("this node hosts no group (every one it had was removed or retired it): starting empty, serving and following the map", "dir", cfg.DataDir)
 	}
 	m, err := cluster.NewMulti(slots, cfg.ReplicaID, cfg.Members, locals)
 	if err != nil {
@@ -282,7 +297,22 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 		return cluster.Hosted{}, err
 	}
 	s.multi = m
-	return cluster.Hosted{Replica: m, Group: m, Engine: locals[0].Hosted.Engine, Transport: tr}, nil
+	return cluster.Hosted{Replica: m, Group: m, Engine: engine, Transport: tr}, nil
+}
+
+// openEmptyEngine opens the engine handle of a node that starts with no
+// group: empty, in memory (Server.emptyDB, closed at Shutdown).
+func (s *Server) openEmptyEngine() (*storage.DB, error) {
+	opts := s.storageOptions()
+	opts.FS = vfs.NewRAM()
+	opts.Devices = []storage.Device{{Dir: "/empty"}}
+	opts.Logger = s.log.With("component", "storage")
+	db, err := storage.Open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("server: open an empty node's engine: %w", err)
+	}
+	s.emptyDB = db
+	return db, nil
 }
 
 // openStaticGroup opens this node's replica of group g of --groups (a

@@ -84,6 +84,50 @@ func tryStartGroup(t testing.TB, mod func(*Config)) (*group, error) {
 // (the front door itself knows only shard.Replica and cluster.Group).
 func vrOf(s *Server) *vrshard.Replica { return s.shard.(*vrshard.Replica) }
 
+// groupsConfigs are the configurations of n nodes (ids 1..n) of a
+// cluster of groups (chains: those of groups that are chain groups), each
+// bootstrapping, logging by testLogger.
+func groupsConfigs(t testing.TB, n int, groups []cluster.GroupSpec, chains ...cluster.GroupID) []Config {
+	addrs := testgroup.LoopbackAddrs(t, 2*n)
+	var ms []Member
+	for i := range n {
+		ms = append(ms, Member{ID: uint64(i + 1), PeerAddr: addrs[2*i], ClientAddr: addrs[2*i+1]})
+	}
+	cfgs := make([]Config, n)
+	for i, m := range ms {
+		cfgs[i] = Config{
+			NodeID: fmt.Sprint("n", m.ID), ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr,
+			HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir(), ClusterSecret: "s3cret",
+			Members: ms, ReplicaID: m.ID, ClusterID: 42, Bootstrap: true,
+			Logger: testLogger(m.ID), OpenReplica: vrshard.OpenHosted,
+			OpenChainReplica: vrshard.OpenChainGroup(vrshard.ChainStoreOptions{}),
+			Groups:           groups, ChainGroups: chains,
+		}
+	}
+	return cfgs
+}
+
+// startConfig starts a node of cfg, closed at the test's end.
+func startConfig(t testing.TB, cfg Config) *Server {
+	t.Helper()
+	s, err := startNode(cfg)
+	if err != nil {
+		t.Fatalf("node %d: %v", cfg.ReplicaID, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// startConfigs starts a node of each of cfgs (startConfig).
+func startConfigs(t testing.TB, cfgs []Config) []*Server {
+	t.Helper()
+	nodes := make([]*Server, len(cfgs))
+	for i, cfg := range cfgs {
+		nodes[i] = startConfig(t, cfg)
+	}
+	return nodes
+}
+
 func startNode(cfg Config) (*Server, error) {
 	s, err := New(cfg)
 	if err != nil {

@@ -55,6 +55,9 @@ type Server struct {
 	txPushStop context.CancelFunc
 	log        *slog.Logger
 	db         *storage.DB
+	// emptyDB is db at a node that started with no group (openGroups: an
+	// empty engine in memory), closed at Shutdown.
+	emptyDB *storage.DB
 	// scripts is the node's script cache (SCRIPT LOAD, EVALSHA: script.go).
 	scripts scriptCache
 	// shard is reached only through the Replica interface, so a replicated shard
@@ -441,6 +444,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.grp == nil { // the replica closed its own engine
 		if err := s.db.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close storage: %w", err))
+		}
+	}
+	if s.emptyDB != nil {
+		if err := s.emptyDB.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close the empty node's engine: %w", err))
 		}
 	}
 	// Last: the directory is free for another node only once nothing writes it.

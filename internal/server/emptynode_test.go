@@ -1,0 +1,136 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/testgroup"
+)
+
+// A node whose last group is removed from the map (kefir cluster
+// remove-group) stays up, empty (docs/cluster.md "Shrinking a cluster";
+// docs/design/cluster.md "An empty node"). Nodes 1-3 run group 1 (every
+// slot) and the metadata group; node 4's only group is group 2 (no slots),
+// which is removed. Node 4 does not retire: it answers PING and CLUSTER
+// commands and forwards reads and writes of any slot. Restarted from its
+// flags (which still name group 2) it comes back empty and serving, not
+// refused. A group added on it (add-group --members 4) starts there, and a
+// slot moved to that group is served: the node is a node like any other.
+func TestEmptyNodeStaysUp(t *testing.T) {
+	cfgs := groupsConfigs(t, 4, []cluster.GroupSpec{
+		{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 16383}}},
+		{ID: 2, Members: []uint64{4}},
+	})
+	ms := cfgs[0].Members
+	nodes := startConfigs(t, cfgs)
+	n4 := func() *Server { return nodes[3] }
+	do := func(s *Server, want string, args ...string) {
+		t.Helper()
+		var got string
+		if !testgroup.Until(20*time.Second, 50*time.Millisecond, func() bool {
+			got = dial(t, s).do(args...)
+			return got == want
+		}) {
+			t.Fatalf("%v at node %d: %s, want %s", args, s.cfg.ReplicaID, got, want)
+		}
+	}
+	do(n4(), "OK", "SET", "a", "1")
+
+	mv := &cluster.Mover{Seeds: []string{ms[0].ClientAddr, ms[1].ClientAddr}, RetryFor: 20 * time.Second, Meta: true, Driver: "TestEmptyNodeStaysUp"}
+	defer mv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cm, err := mv.MetaMap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mv.RemoveGroup(ctx, 2, cm.Epoch); err != nil {
+		t.Fatal(err)
+	}
+	tomb := filepath.Join(groupDir(cfgs[3].DataDir, 2), retiredFile)
+	if !testgroup.Until(20*time.Second, 20*time.Millisecond, func() bool {
+		_, err := os.Stat(tomb)
+		return err == nil
+	}) {
+		t.Fatal("node 4 did not retire its replica of the removed group 2")
+	}
+	time.Sleep(3 * groupsPoll) // a node that retires as a whole does so at once
+	if hs := n4().multi.Hosted(); len(hs) != 0 {
+		t.Errorf("node 4 still routes to its replica of the removed group: %+v", hs[0].Spec)
+	}
+	// serves checks that node 4 is up and serving, empty.
+	serves := func(phase string) {
+		t.Helper()
+		select {
+		case <-n4().Retired():
+			t.Fatalf("%s: node 4 retired as a whole: %v", phase, n4().RetiredErr())
+		default:
+		}
+		if _, err := os.Stat(filepath.Join(cfgs[3].DataDir, retiredFile)); err == nil {
+			t.Fatalf("%s: node 4 recorded its retirement", phase)
+		}
+		do(n4(), "PONG", "PING")
+		do(n4(), `"1"`, "GET", "a")
+		do(n4(), "OK", "SET", "b", "2")
+		do(nodes[0], `"2"`, "GET", "b")
+		c := dial(t, n4())
+		if got := c.do("CLUSTER", "MYID"); got == "" || strings.HasPrefix(got, "ERR") {
+			t.Fatalf("%s: CLUSTER MYID at node 4: %s", phase, got)
+		}
+		// CLUSTER SLOTS: group 1 has every slot.
+		if got := c.do("CLUSTER", "SLOTS"); !strings.HasPrefix(got, "[[(integer) 0, (integer) 16383, [") {
+			t.Fatalf("%s: CLUSTER SLOTS at node 4: %s", phase, got)
+		}
+		if got := c.do("INFO", "replication"); !strings.Contains(got, "vr_status:empty") {
+			t.Fatalf("%s: INFO replication at node 4 does not say it is empty: %s", phase, got)
+		}
+		// The admin port: /status, /metrics, /healthz (ok) and the page.
+		for _, path := range []string{"/status", "/metrics", "/healthz", "/"} {
+			r, err := http.Get("http://" + n4().HTTPAddr().String() + path)
+			if err != nil {
+				t.Fatalf("%s: GET %s at node 4: %v", phase, path, err)
+			}
+			b, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			if r.StatusCode != http.StatusOK {
+				t.Fatalf("%s: GET %s at node 4: %s %s", phase, path, r.Status, b)
+			}
+		}
+	}
+	serves("after the removal")
+
+	// Restarted from its flags, which still name group 2.
+	nodes[3].Close()
+	nodes[3] = startConfig(t, cfgs[3])
+	if len(n4().multi.Hosted()) != 0 {
+		t.Fatalf("restarted node 4 hosts %+v", n4().multi.Hosted())
+	}
+	serves("after a restart")
+
+	// A group added on it (add-group --members 4) starts there and
+	// serves the slots moved to it.
+	if _, err := mv.AddGroup(ctx, 3, []uint64{4}, kv.EngineVR); err != nil {
+		t.Fatal(err)
+	}
+	if !testgroup.Until(20*time.Second, 20*time.Millisecond, func() bool { return len(groupLeaders(&group{nodes: nodes}, 3)) == 1 }) {
+		t.Fatal("node 4 did not start the group added on it")
+	}
+	k := keyOfGroup(1, "e")
+	slot := kv.SlotRange{Start: cluster.Slot([]byte(k)), End: cluster.Slot([]byte(k))}
+	if _, err := mv.Move(ctx, 1, 3, []kv.SlotRange{slot}); err != nil {
+		t.Fatalf("move slot %d to group 3: %v", slot.Start, err)
+	}
+	do(nodes[0], "OK", "SET", k, "x")
+	do(n4(), `"x"`, "GET", k)
+	if st, ok := n4().multi.GroupState(3); !ok || !st.IsLeader {
+		t.Fatalf("node 4's replica of group 3: %+v %v", st, ok)
+	}
+}
