@@ -168,7 +168,7 @@ replica_id = 1
 
 func TestUpGroupBootstrapsOnlyOnFirstStart(t *testing.T) {
 	dir := t.TempDir()
-	g, err := prepareGroup(dir, 3, 16000)
+	g, err := prepareGroup(dir, upLayout{Nodes: 3, Groups: 1, Engine: "vr"}, 16000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestUpGroupBootstrapsOnlyOnFirstStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One node has data: nobody bootstraps (a node without data recovers).
-	g2, err := prepareGroup(dir, 3, 16000)
+	g2, err := prepareGroup(dir, upLayout{Nodes: 3, Groups: 1, Engine: "vr"}, 16000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,8 +191,82 @@ func TestUpGroupBootstrapsOnlyOnFirstStart(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(single, "n1"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := prepareGroup(single, 3, 16000); err == nil {
+	if _, err := prepareGroup(single, upLayout{Nodes: 3, Groups: 1, Engine: "vr"}, 16000); err == nil {
 		t.Fatal("a single-node data directory was reused for a group")
+	}
+}
+
+// A restart of a cluster's directory keeps its layout: the same nodes,
+// groups and engine, or (several groups) more nodes, which join it. Each
+// other change is refused before a node starts, saying how to run it.
+func TestUpLayoutIsKeptOrGrown(t *testing.T) {
+	vr := func(nodes, groups int) upLayout { return upLayout{Nodes: nodes, Groups: groups, Engine: "vr"} }
+	dir := t.TempDir()
+	g, err := prepareGroup(dir, vr(5, 3), 16000)
+	if err != nil || g.founders != 5 || !g.bootstrap {
+		t.Fatalf("first start: %+v %v", g, err)
+	}
+	for i := 1; i <= 5; i++ {
+		if err := os.MkdirAll(nodeDir(dir, i), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// More nodes: the founders keep their --members, the rest are new.
+	g2, err := prepareGroup(dir, vr(7, 3), 16000)
+	if err != nil || g2.founders != 5 || g2.bootstrap || g2.members != g.members || g2.clusterID != g.clusterID {
+		t.Fatalf("grown: %+v %v (first %+v)", g2, err, g)
+	}
+	if err := os.MkdirAll(nodeDir(dir, 7), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		want upLayout
+		says string
+	}{
+		{vr(6, 3), "node directories up to n7"},
+		{vr(3, 3), "node directories up to n7"},
+		{vr(7, 2), "started with --groups 3, not 2"},
+		{vr(7, 1), "started with --groups 3, not 1"},
+		{upLayout{Nodes: 7, Groups: 3, Engine: "mixed"}, "--engine vr, not mixed"},
+	} {
+		_, err := prepareGroup(dir, c.want, 16000)
+		if err == nil || !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), "run kefir up --dir "+dir+" --nodes 7 --groups 3") {
+			t.Errorf("%+v: %v, want it to say %q and how to run the cluster", c.want, err, c.says)
+		}
+	}
+	// One group does not grow by kefir up.
+	one := t.TempDir()
+	if _, err := prepareGroup(one, vr(3, 1), 16000); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		if err := os.MkdirAll(nodeDir(one, i), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := prepareGroup(one, vr(5, 1), 16000); err == nil || !strings.Contains(err.Error(), "add-members") {
+		t.Errorf("a group of 3 asked for 5 nodes: %v", err)
+	}
+	if _, err := prepareGroup(one, vr(3, 2), 16000); err == nil || !strings.Contains(err.Error(), "one replica group") {
+		t.Errorf("a group asked to become 2: %v", err)
+	}
+	// A cluster.json from before the layout was kept: a cluster of
+	// groups' founders are the nodes it has.
+	old := t.TempDir()
+	if err := os.WriteFile(filepath.Join(old, "cluster.json"), []byte(`{"cluster_id":7,"cluster_secret":"s"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 4; i++ {
+		if err := os.MkdirAll(nodeDir(old, i), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g3, err := prepareGroup(old, vr(6, 2), 16000)
+	if err != nil || g3.founders != 4 || g3.clusterID != 7 {
+		t.Fatalf("older cluster.json grown: %+v %v", g3, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(old, "cluster.json")); !strings.Contains(string(b), `"nodes":4`) {
+		t.Fatalf("the layout was not written: %s", b)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -16,6 +17,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,8 +95,8 @@ Options:
 		}
 		return usageError{err}
 	}
-	if *nodes < 1 || (*nodes > 1 && *nodes%2 == 0 && *engine != "chain") {
-		return usageError{fmt.Errorf("--nodes %d: want 1 (single node) or an odd number ≥ 3 (a replica group of 2f+1; --engine chain takes any number from 2)", *nodes)}
+	if *nodes < 1 || (*nodes > 1 && *nodes%2 == 0 && *engine != "chain" && *groups == 1) {
+		return usageError{fmt.Errorf("--nodes %d: want 1 (single node) or an odd number ≥ 3 (a replica group of 2f+1; --engine chain takes any number from 2; with --groups any number from 3)", *nodes)}
 	}
 	if *nilext && *nodes == 1 {
 		return usageError{errors.New("--nilext needs a replica group (--nodes 3 or more)")}
@@ -159,7 +161,7 @@ Options:
 	if err := checkPorts(u.nodes); err != nil {
 		return err
 	}
-	grp, err := prepareGroup(*dir, *nodes, *basePort)
+	grp, err := prepareGroup(*dir, upLayout{Nodes: *nodes, Groups: *groups, Engine: *engine}, *basePort)
 	if err != nil {
 		return err
 	}
@@ -182,7 +184,7 @@ Options:
 	}
 	groupsFlag := ""
 	if *groups > 1 {
-		ids := make([]uint64, *nodes)
+		ids := make([]uint64, grp.founders)
 		for i := range ids {
 			ids[i] = uint64(i + 1)
 		}
@@ -216,7 +218,23 @@ Options:
 		if *ioModel != "" {
 			n.args = append(n.args, "--io-model", *ioModel)
 		}
-		if grp != nil {
+		if grp != nil && i >= grp.founders {
+			// A node added to the cluster (more --nodes than it was
+			// founded with): it starts empty, joins through the founders
+			// and waits for the map to name it, which the loop below
+			// records (add-node) once the cluster is up; restarted, its
+			// directory knows the cluster.
+			n.replica, n.joining = uint64(i+1), true
+			n.args = append(n.args, "--replica-id", strconv.Itoa(i+1), "--cross-group-tx", strconv.FormatBool(*crossGroupTx))
+			if _, err := os.Stat(nodeDir(*dir, i+1)); err != nil {
+				var seeds []string
+				for _, f := range u.nodes[:grp.founders] {
+					seeds = append(seeds, f.client)
+				}
+				n.args = append(n.args, "--join", strings.Join(seeds, ","))
+			}
+			n.env = append(os.Environ(), "KEFIR_CLUSTER_SECRET="+grp.secret)
+		} else if grp != nil {
 			n.replica = uint64(i + 1)
 			n.args = append(n.args,
 				"--members", grp.members,
@@ -274,8 +292,58 @@ Options:
 		}
 		return err
 	}
+	if err := u.recordJoined(); err != nil {
+		u.stopAll(sigs)
+		return err
+	}
+	if len(u.joined) > 0 {
+		if err := u.waitUp(sigs); err != nil { // the new nodes serving too
+			if errors.Is(err, errInterrupted) {
+				return nil
+			}
+			return err
+		}
+	}
 	u.banner(stdout)
 	return u.supervise(sigs)
+}
+
+// recordJoined records the nodes added to the cluster (more --nodes than
+// it was founded with) in the metadata group's map, as kefir cluster
+// add-node does: each then serves as a node of the cluster that hosts no
+// replica until a group is placed on it (kefir cluster add-group, or a
+// replacement). Recording a node the map has is a no-op, so a restart
+// records nothing new.
+func (u *upCluster) recordJoined() error {
+	var seeds []string
+	for _, n := range u.nodes {
+		if !n.joining {
+			seeds = append(seeds, n.client)
+		}
+	}
+	u.joined = []string{}
+	if len(seeds) == len(u.nodes) {
+		return nil
+	}
+	mv := &cluster.Mover{Seeds: seeds, Password: os.Getenv("KEFIR_PASSWORD"), RetryFor: 10 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cm, err := mv.MetaMap(ctx)
+	if err != nil {
+		return fmt.Errorf("the new nodes could not be recorded in the cluster's map: %w", err)
+	}
+	for _, n := range u.nodes {
+		if !n.joining || slices.Contains(cm.NodeIDs(), n.replica) {
+			continue
+		}
+		epoch, err := mv.AddNode(ctx, n.replica, n.client, n.peer)
+		if err != nil {
+			return fmt.Errorf("%s could not be recorded in the cluster's map: %w", n.id, err)
+		}
+		u.joined = append(u.joined, n.id)
+		u.say("%s is a node of the cluster (map epoch %d); it hosts no replica until a group is placed on it", n.id, epoch)
+	}
+	return nil
 }
 
 // errInterrupted: a signal stopped `up` before the cluster was up.
@@ -290,6 +358,7 @@ type upCluster struct {
 	self     string
 	grp      *upGroup
 	nodes    []*upNode
+	joined   []string // nodes added after the cluster's first start, once in the map (recordJoined); nil before
 	events   chan upEvent
 	restartc chan *upNode
 	done     chan struct{} // closed when runUp returns
@@ -300,6 +369,7 @@ type upCluster struct {
 type upNode struct {
 	id                 string
 	replica            uint64 // 0 for a single node
+	joining            bool   // added after the cluster's first start (upGroup.founders)
 	client, peer, http string
 	args, env          []string
 
@@ -453,12 +523,20 @@ func (u *upCluster) settled() (bool, string) {
 	var view, leader uint64
 	var sts []*nodeStatus
 	for i, n := range u.nodes {
+		if n.joining && u.joined == nil {
+			// Not in the map yet (recordJoined, once the rest is up): it
+			// waits to be named before it serves.
+			sts = append(sts, &nodeStatus{})
+			continue
+		}
 		st, err := u.probe(n, n.pid)
 		if err != nil {
 			return false, err.Error()
 		}
 		sts = append(sts, st)
-		if u.grp == nil || len(st.Groups) > 0 {
+		if u.grp == nil || len(st.Groups) > 0 || n.joining {
+			// A joining node hosts nothing until the map names it
+			// (recordJoined): answering as itself is all it can do.
 			continue
 		}
 		rep := st.Replication
@@ -814,6 +892,9 @@ func (u *upCluster) banner(stdout io.Writer) {
 	for _, n := range u.nodes {
 		fmt.Fprintf(stdout, "  %s  client (RESP) %s   admin http://%s/   peer %s   pid %d\n", n.id, n.client, n.http, n.peer, n.pid)
 	}
+	if len(u.joined) > 0 {
+		fmt.Fprintf(stdout, "\nAdded to the cluster, hosting no replica yet: %s. Give them some with\n  kefir cluster add-group --addr %s --members A,B,C   (then kefir cluster rebalance --addr %s)\n(docs/cluster.md, \"Growing a cluster\").\n", strings.Join(u.joined, ", "), u.nodes[0].client, u.nodes[0].client)
+	}
 	if u.grp != nil && u.grp.groups > 1 {
 		fmt.Fprintf(stdout, "\nRedis Cluster clients (redis-cli -c, go-redis ClusterClient, redis-py RedisCluster) take any node\nand follow -MOVED; plain clients are forwarded (docs/cluster.md).\n")
 	}
@@ -848,7 +929,8 @@ func checkPorts(nodes []*upNode) error {
 
 // upGroup is what the nodes of a local replica group share.
 type upGroup struct {
-	members   string
+	members   string // the founders' --members
+	founders  int    // nodes n1..nFounders founded the cluster; later ones joined it
 	clusterID uint64
 	secret    string
 	bootstrap bool
@@ -859,42 +941,70 @@ type upGroup struct {
 	chainGroups string
 }
 
-// prepareGroup returns the group settings for n > 1 nodes (nil for one).
+// upLayout is what a cluster's first `kefir up` was asked for, kept in
+// DIR/cluster.json: the founding nodes' flags (--members, --groups) are
+// derived from it, and must stay the same at every restart (a node refuses
+// a --members its data directory does not record).
+type upLayout struct {
+	Nodes  int    // --nodes of the first start: n1..nNodes found the cluster
+	Groups int    // --groups
+	Engine string // --engine
+}
+
+// prepareGroup returns the group settings for the cluster in dir, asked
+// to run want.Nodes > 1 nodes (nil for one).
 //
 // Bootstrap is decided here, once for the whole group: only when NO node has a
 // data directory yet is this the group's first start. If some node directories
 // exist, every node starts without bootstrap; a node whose directory is missing
 // (deleted by hand) then rejoins by VR recovery from the others instead of
-// founding a second, empty group. The cluster id and the peer secret are drawn
-// at the first start and kept in DIR/cluster.json (mode 0600), so a restart of
-// the same directory finds the same group.
-func prepareGroup(dir string, n, basePort int) (*upGroup, error) {
-	if n == 1 {
+// founding a second, empty group. The cluster id, the peer secret and the
+// layout are drawn or taken at the first start and kept in DIR/cluster.json
+// (mode 0600), so a restart of the same directory finds the same group.
+//
+// A cluster of several groups grows: asked for more nodes than it was
+// founded with, the extra ones are new nodes (upGroup.founders says where
+// they begin) that join the map empty. Anything else that differs from the
+// layout is refused here, before a node starts and refuses its flags.
+func prepareGroup(dir string, want upLayout, basePort int) (*upGroup, error) {
+	if want.Nodes == 1 {
 		return nil, nil
 	}
-	var ms []server.Member
-	fresh := true
-	for i := 1; i <= n; i++ {
-		ms = append(ms, server.Member{
-			ID:         uint64(i),
-			PeerAddr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(basePort+1000+i-1)),
-			ClientAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(basePort+i-1)),
-		})
-		if _, err := os.Stat(filepath.Join(dir, "n"+strconv.Itoa(i))); err == nil {
-			fresh = false
+	// The node directories there are (n1, n2, ...: nodeDir).
+	fresh, highest := true, 0
+	ents, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("read %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		if i, err := strconv.Atoi(strings.TrimPrefix(e.Name(), "n")); err == nil && e.IsDir() && i > 0 && e.Name() == "n"+strconv.Itoa(i) {
+			fresh, highest = false, max(highest, i)
 		}
 	}
-	g := &upGroup{members: server.FormatMembers(ms)}
 	var saved struct {
 		ClusterID uint64 `json:"cluster_id"`
 		Secret    string `json:"cluster_secret"`
+		Nodes     int    `json:"nodes,omitempty"`
+		Groups    int    `json:"groups,omitempty"`
+		Engine    string `json:"engine,omitempty"`
 	}
 	path := filepath.Join(dir, "cluster.json")
 	b, err := os.ReadFile(path)
+	write := false
 	switch {
 	case err == nil:
 		if err := json.Unmarshal(b, &saved); err != nil || saved.ClusterID == 0 || saved.Secret == "" {
 			return nil, fmt.Errorf("%s is corrupt (%v); remove %s to start a new cluster", path, err, dir)
+		}
+		if saved.Nodes == 0 {
+			// Written before the layout was kept, when --nodes could not
+			// change: one group's founders are the nodes asked for; a
+			// cluster of groups' the nodes it has, so more are new ones.
+			saved.Nodes, saved.Groups, saved.Engine = want.Nodes, want.Groups, want.Engine
+			if want.Groups > 1 && highest > 0 {
+				saved.Nodes = highest
+			}
+			write = true
 		}
 	case errors.Is(err, os.ErrNotExist):
 		if !fresh {
@@ -906,19 +1016,66 @@ func prepareGroup(dir string, n, basePort int) (*upGroup, error) {
 		}
 		saved.ClusterID = binary.LittleEndian.Uint64(rnd[:8])>>1 | 1
 		saved.Secret = hex.EncodeToString(rnd[8:])
+		saved.Nodes, saved.Groups, saved.Engine = want.Nodes, want.Groups, want.Engine
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("create %s: %w", dir, err)
 		}
+		write = true
+	default:
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	was := upLayout{saved.Nodes, saved.Groups, saved.Engine}
+	if err := checkLayout(dir, was, want, highest); err != nil {
+		return nil, err
+	}
+	if write {
 		b, _ := json.Marshal(saved)
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			return nil, fmt.Errorf("write %s: %w", path, err)
 		}
-	default:
-		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	g.clusterID, g.secret, g.bootstrap = saved.ClusterID, saved.Secret, fresh
-	return g, nil
+	var ms []server.Member
+	for i := 1; i <= was.Nodes; i++ {
+		ms = append(ms, server.Member{
+			ID:         uint64(i),
+			PeerAddr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(basePort+1000+i-1)),
+			ClientAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(basePort+i-1)),
+		})
+	}
+	return &upGroup{members: server.FormatMembers(ms), founders: was.Nodes,
+		clusterID: saved.ClusterID, secret: saved.Secret, bootstrap: fresh}, nil
 }
+
+// checkLayout refuses a restart of the cluster in dir (founded as was, its
+// node directories up to n<highest>) asked to run as want, unless want is
+// the same cluster, or (several groups) the same with more nodes.
+func checkLayout(dir string, was, want upLayout, highest int) error {
+	again := fmt.Sprintf("kefir up --dir %s --nodes %d", dir, max(was.Nodes, highest))
+	if was.Groups > 1 {
+		again += fmt.Sprintf(" --groups %d", was.Groups)
+	}
+	if was.Engine != "" && was.Engine != "vr" {
+		again += " --engine " + was.Engine
+	}
+	switch {
+	case was.Groups != want.Groups:
+		if was.Groups > 1 {
+			return fmt.Errorf("%s holds a cluster started with --groups %d, not %d: a running cluster gains and loses groups with kefir cluster add-group and remove-group (docs/cluster.md); run %s", dir, was.Groups, want.Groups, again)
+		}
+		return fmt.Errorf("%s holds one replica group, started without --groups: a group does not become a cluster of several; run %s, or use another --dir", dir, again)
+	case was.Engine != "" && was.Engine != want.Engine:
+		return fmt.Errorf("%s holds a cluster started with --engine %s, not %s; run %s", dir, was.Engine, want.Engine, again)
+	case want.Nodes < highest:
+		return fmt.Errorf("%s has node directories up to n%d, so --nodes %d would leave nodes out (a node leaves the cluster with kefir cluster remove-node, docs/cluster.md); run %s", dir, highest, want.Nodes, again)
+	case want.Nodes < was.Nodes:
+		return fmt.Errorf("%s holds a cluster of %d nodes, not %d; run %s", dir, was.Nodes, want.Nodes, again)
+	case want.Nodes > was.Nodes && was.Groups <= 1:
+		return fmt.Errorf("%s holds one group of %d nodes: kefir up adds nodes only to a cluster of several groups (--groups); a group grows by kefir cluster add-members (docs/cluster.md, \"Growing a group\"); run %s", dir, was.Nodes, again)
+	}
+	return nil
+}
+
+func nodeDir(dir string, i int) string { return filepath.Join(dir, "n"+strconv.Itoa(i)) }
 
 // parseChainStores reads --chain-stores: one store per node, in node order
 // (nil when empty: every node the default, a log).

@@ -1377,10 +1377,13 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 				return cfg, fmt.Errorf("server: the cluster map has node %d at peer %s, client %s, but this node listens on peer %s, client %s: start it with those addresses",
 					cfg.ReplicaID, cm.Nodes[i].PeerAddr, cm.Nodes[i].ClientAddr, cfg.PeerAddr, cfg.ClientAddr)
 			}
-			if i >= 0 && slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return namedIn(&g, cfg.ReplicaID) }) {
+			if i >= 0 {
+				// A node of the map serves even before a group is placed
+				// on it (it redirects and forwards, and opens the groups
+				// the map names it in, now or later: syncGroups).
 				break
 			}
-			logf("the cluster map (epoch %d) does not name node %d in a group yet; waiting for kefir cluster replace-node, add-members or add-group", cm.Epoch, cfg.ReplicaID)
+			logf("the cluster map (epoch %d) does not name node %d yet; waiting for kefir cluster add-node, replace-node, add-members or add-group", cm.Epoch, cfg.ReplicaID)
 		} else {
 			logf("asking the cluster for its map: %v", err)
 		}
@@ -1517,15 +1520,31 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 			return cfg, fmt.Errorf("server: write %s: %w", filepath.Join(r.dir, joinFile), err)
 		}
 	}
+	if clusterID == 0 {
+		// Named in no group yet: the cluster's id from its metadata
+		// group, as for a group this node starts.
+		gc, err := mv.GroupConfigOf(ctx, cluster.MetaGroupID)
+		if err != nil {
+			return cfg, fmt.Errorf("server: the cluster's id from its metadata group: %w", err)
+		}
+		clusterID = gc.Cluster
+	}
 	jr := joinRecord{Cluster: clusterID, Replica: cfg.ReplicaID, Members: FormatMembers(nodes), Groups: cluster.FormatGroups(sm.Groups)}
 	b, err := json.Marshal(jr)
 	if err != nil {
 		return cfg, err
 	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return cfg, fmt.Errorf("server: create %s: %w", cfg.DataDir, err)
+	}
 	if err := vfs.WriteFileDurably(vfs.Default, cfg.DataDir, filepath.Join(cfg.DataDir, joinFile), b); err != nil {
 		return cfg, fmt.Errorf("server: write %s: %w", joinFile, err)
 	}
-	logf("named by the cluster map (epoch %d) in %d group(s): joining them as a new member (or starting a new group as one of its first members)", cm.Epoch, len(recs))
+	if len(recs) == 0 {
+		logf("a node of the cluster map (epoch %d), in no group yet: serving, and joining the groups the map names it in later", cm.Epoch)
+	} else {
+		logf("named by the cluster map (epoch %d) in %d group(s): joining them as a new member (or starting a new group as one of its first members)", cm.Epoch, len(recs))
+	}
 	cfg.Members, cfg.ClusterID, cfg.Groups, cfg.Join = nodes, clusterID, sm.Groups, ""
 	cfg.joinedGroups, cfg.Membership = true, nil
 	return cfg, nil

@@ -57,7 +57,7 @@ func TestGroupsAddMembers(t *testing.T) {
 		specs = append(specs, fmt.Sprintf("%d@%s/%s", id, n.PeerAddr, n.ClientAddr))
 	}
 	for _, n := range news {
-		if !testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool { return strings.Contains(n.Logs(), "in a group yet") }) {
+		if !testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool { return strings.Contains(n.Logs(), "does not name node") }) {
 			t.Fatalf("%s did not wait to be named:\n%s", n.ID, n.Logs())
 		}
 	}

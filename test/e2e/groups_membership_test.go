@@ -113,7 +113,7 @@ func TestGroupsReplaceAFailedNode(t *testing.T) {
 	if err := n5.StartNoWait(); err != nil {
 		t.Fatal(err)
 	}
-	if !testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool { return strings.Contains(n5.Logs(), "does not name node 5 in a group yet") }) {
+	if !testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool { return strings.Contains(n5.Logs(), "does not name node 5 yet") }) {
 		t.Fatalf("node 5 did not wait to be named:\n%s", n5.Logs())
 	}
 
