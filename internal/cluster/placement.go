@@ -103,14 +103,18 @@ func PlaceGroup(cm *kv.ClusterMap, r int, live func(id uint64) bool) ([]uint64, 
 // add-group of r replicas of engine (and id, 0: the next) added, if cm has
 // one. A rerun must not place the group a second time, and it has no
 // member list to compare with, so a group that could be the earlier run's
-// is taken as it: with id, that group if it is in the map, never
-// reconfigured, of r members and the engine; without, the first such
-// group that also owns no slots (the state add-group leaves a group in).
+// is taken as it: one in the map, never reconfigured, of r members and the
+// engine, owning no slots (the state add-group leaves a group in: a group
+// with slots is an older one, which --id must not pass for the earlier
+// run's) — with id, that group; without, the last such (the highest id:
+// the earlier run's id was above every group of its map, so a lower match
+// is an older group, such as one whose slots remove-group moved away
+// before it stopped).
 // Adding a second placed group before the first has slots therefore needs
 // an id.
 func PlacedEarlier(cm *kv.ClusterMap, r int, id uint64, engine string) (kv.MapGroup, bool) {
-	for _, g := range cm.Groups {
-		if (id == 0 || g.ID == id) && g.MemberEpoch == 0 && len(g.Members) == r && g.Engine == engine && (id != 0 || len(g.Slots) == 0) {
+	for _, g := range slices.Backward(cm.Groups) {
+		if (id == 0 || g.ID == id) && g.MemberEpoch == 0 && len(g.Members) == r && g.Engine == engine && len(g.Slots) == 0 {
 			return g, true
 		}
 	}

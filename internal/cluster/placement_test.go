@@ -329,3 +329,23 @@ func TestPlacementMutations(t *testing.T) {
 		}
 	}
 }
+
+// A placed add-group's rerun takes only a group an earlier run could have
+// added: never one owning slots (with --id of a group of kefir up, the
+// rerun rule must not answer as if this command had added it), and
+// without --id the newest such group, not an older one left without slots
+// (remove-group stopped after moving them away).
+func TestPlacedEarlier(t *testing.T) {
+	all := []kv.SlotRange{{Start: 0, End: 16383}}
+	cm := &kv.ClusterMap{Epoch: 9, Nodes: placeNodes(1, 2, 3, 4, 5),
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}, Slots: all}, {ID: 2, Members: []uint64{3, 4, 5}}, {ID: 3, Members: []uint64{5, 4, 1}}}}
+	if g, ok := PlacedEarlier(cm, 3, 1, kv.EngineVR); ok {
+		t.Errorf("--id 1 (a group owning every slot) taken as the earlier run's: %+v", g)
+	}
+	if g, ok := PlacedEarlier(cm, 3, 0, kv.EngineVR); !ok || g.ID != 3 {
+		t.Errorf("without --id: %+v %v, want group 3 (the newest empty one)", g, ok)
+	}
+	if g, ok := PlacedEarlier(cm, 3, 2, kv.EngineVR); !ok || g.ID != 2 {
+		t.Errorf("--id 2: %+v %v, want group 2", g, ok)
+	}
+}
