@@ -548,13 +548,15 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 	var again bool
 	if placed {
 		// Asked lazily: a rerun that finds its group pings nobody.
+		var up map[uint64]bool
 		live := func() func(uint64) bool {
-			up := liveNodes(ctx, mv, cm, 0)
+			up = liveNodes(ctx, mv, cm, 0)
 			return func(id uint64) bool { return up[id] }
 		}
 		id, members, again, err = planAddGroupPlaced(cm, *replicas, *idFlag, eng, live)
 		if err == nil && !again {
 			fmt.Fprintf(stderr, "kefir cluster: placing the new group's %d replicas on nodes %v\n", *replicas, members)
+			silentNote(stderr, cm, up, "--members")
 		}
 	} else {
 		id, again, err = planAddGroup(cm, members, *idFlag, eng)
@@ -1092,12 +1094,23 @@ func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g c
 			return nil, fmt.Errorf("add-members: %w; nothing changed", err)
 		}
 		fmt.Fprintf(stderr, "kefir cluster: placing %s's new members on nodes %v\n", groupName(g), ids)
+		silentNote(stderr, cm, live, "--new")
 	}
 	news := make([]cluster.Member, len(ids))
 	for i, id := range ids {
 		news[i] = cluster.Member{ID: id}
 	}
 	return news, nil
+}
+
+// silentNote tells the operator of a placement which nodes of cm it could
+// not consider (cluster.Silent over up, the nodes that answered): new
+// nodes started with kefir server --join wait unreachable until a command
+// names them, with flag.
+func silentNote(w io.Writer, cm *kv.ClusterMap, up map[uint64]bool, flag string) {
+	if ids := cluster.Silent(cm, func(id uint64) bool { return up[id] }); len(ids) > 0 {
+		fmt.Fprintf(w, "kefir cluster: nodes %v host no replica and do not answer, so none was placed there (a node started with kefir server --join answers only once a command names it: name such nodes with %s)\n", ids, flag)
+	}
 }
 
 // grownAlready is what a placed add-members' rerun asks for again: the

@@ -92,7 +92,7 @@ func PlaceGroup(cm *kv.ClusterMap, r int, live func(id uint64) bool) ([]uint64, 
 	for len(g.Members) < r {
 		id := p.choose(g, nil)
 		if id == 0 {
-			return nil, fmt.Errorf("a group of %d replicas needs %d distinct live nodes; the map's nodes are %v, and %v answer (map epoch %d): start and add more nodes (kefir server --join, kefir cluster add-node) or ask for fewer replicas", r, r, cm.NodeIDs(), p.live(), cm.Epoch)
+			return nil, fmt.Errorf("a group of %d replicas needs %d distinct live nodes; the map's nodes are %v, and %v answer (map epoch %d)%s: name the nodes with --members, or ask for fewer replicas", r, r, cm.NodeIDs(), p.live(), cm.Epoch, waitingNote(cm, live))
 		}
 		g.Members = append(g.Members, id)
 	}
@@ -143,7 +143,7 @@ func PlaceMembers(cm *kv.ClusterMap, g GroupID, r int, live func(id uint64) bool
 	for len(grp.Members)+len(out) < r {
 		id := p.choose(grp, out)
 		if id == 0 {
-			return nil, fmt.Errorf("group %d (members %v) grows to %d members on %d more distinct live nodes not in it; the map's nodes are %v, and %v answer (map epoch %d): start and add more nodes (kefir server --join, kefir cluster add-node) or name them with --new", g, grp.Members, r, r-len(grp.Members), cm.NodeIDs(), p.live(), cm.Epoch)
+			return nil, fmt.Errorf("group %d (members %v) grows to %d members on %d more distinct live nodes not in it; the map's nodes are %v, and %v answer (map epoch %d)%s: name the new members with --new", g, grp.Members, r, r-len(grp.Members), cm.NodeIDs(), p.live(), cm.Epoch, waitingNote(cm, live))
 		}
 		out = append(out, id)
 	}
@@ -215,3 +215,34 @@ func (p *placer) choose(g kv.MapGroup, also []uint64) uint64 {
 
 // live is the nodes up, in id order (for an error).
 func (p *placer) live() []uint64 { return slices.Sorted(maps.Keys(p.up)) }
+
+// Silent returns the nodes of cm that host no replica (of any group, nor
+// join one) and that live does not report up, in id order. Placement
+// never chooses them, and the likeliest such node is a new one: a node
+// started with kefir server --join listens only once the map names it in
+// a group, so it answers no PING until a command names it (--members,
+// --new); the others are dead or retired as a whole (exited).
+func Silent(cm *kv.ClusterMap, live func(id uint64) bool) []uint64 {
+	hosts := map[uint64]bool{}
+	for _, g := range mapGroups(cm) {
+		for _, id := range slices.Concat(g.Members, g.Joining) {
+			hosts[id] = true
+		}
+	}
+	var out []uint64
+	for _, id := range cm.NodeIDs() {
+		if !hosts[id] && !live(id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// waitingNote is, for a placement's error, what Silent says of cm's nodes.
+func waitingNote(cm *kv.ClusterMap, live func(id uint64) bool) string {
+	ids := Silent(cm, live)
+	if len(ids) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; nodes %v host no replica and do not answer: a node started with kefir server --join answers only once a command names it, so placement never chooses one", ids)
+}

@@ -349,3 +349,27 @@ func TestPlacedEarlier(t *testing.T) {
 		t.Errorf("--id 2: %+v %v, want group 2", g, ok)
 	}
 }
+
+// A node of the map that hosts nothing and does not answer is, likeliest,
+// a new one started with kefir server --join: it listens only once a
+// command names it, so placement cannot choose it, and a refusal must say
+// so rather than advise starting and adding nodes (which is what was done).
+func TestPlacementNamesSilentNodes(t *testing.T) {
+	// Nodes 4 and 5 added and waiting to join; 3 down.
+	cm := &kv.ClusterMap{Epoch: 5, Nodes: placeNodes(1, 2, 3, 4, 5),
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}, Slots: []kv.SlotRange{{Start: 0, End: 16383}}}}}
+	up := func(id uint64) bool { return id <= 2 }
+	if got := Silent(cm, up); !slices.Equal(got, []uint64{4, 5}) {
+		t.Errorf("Silent: %v, want [4 5] (3 hosts replicas)", got)
+	}
+	const note = "nodes [4 5] host no replica and do not answer: a node started with kefir server --join answers only once a command names it"
+	if _, err := PlaceGroup(cm, 3, up); err == nil || !strings.Contains(err.Error(), note) || !strings.Contains(err.Error(), "name the nodes with --members") {
+		t.Errorf("PlaceGroup: %v", err)
+	}
+	if _, err := PlaceMembers(cm, 1, 5, up); err == nil || !strings.Contains(err.Error(), note) || !strings.Contains(err.Error(), "with --new") {
+		t.Errorf("PlaceMembers: %v", err)
+	}
+	if _, err := PlaceGroup(cm, 5, func(id uint64) bool { return id != 3 && id != 2 }); err == nil || strings.Contains(err.Error(), "host no replica") {
+		t.Errorf("every node hosting nothing answers: %v", err)
+	}
+}
