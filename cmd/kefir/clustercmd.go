@@ -749,6 +749,10 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() != 0 {
 		return usageError{fmt.Errorf("%s takes flags only", cmd)}
 	}
+	if *replicas != 0 && cmd != "add-members" {
+		// Not taken silently: replace-node keeps each group's size.
+		return usageError{fmt.Errorf("%s: --replicas is add-members' (a group's size to grow to)", cmd)}
+	}
 	var change func(cluster.GroupConfig) ([]cluster.Member, error)
 	var newNode cluster.Member
 	var removed []uint64

@@ -182,3 +182,23 @@ func TestGrownAlready(t *testing.T) {
 		}
 	}
 }
+
+// --replicas is add-members' (and add-group's) alone: replace-node and
+// remove-node refuse it rather than run without it (the address is a
+// closed port: a flag that passed would fail on connecting instead).
+func TestClusterMembersRefuseReplicasElsewhere(t *testing.T) {
+	for _, c := range []struct {
+		cmd  string
+		args []string
+	}{
+		{"replace-node", []string{"--old", "4", "--replicas", "5"}},
+		{"remove-node", []string{"--id", "4", "--replicas", "3"}},
+		{"add-members", []string{"--group", "3", "--replicas", "4"}},
+	} {
+		err := runClusterMembers(c.cmd, append([]string{"--addr", "127.0.0.1:1", "--timeout", "1s"}, c.args...), io.Discard, io.Discard)
+		var u usageError
+		if !errors.As(err, &u) {
+			t.Errorf("%s %v: %v, want a usage error", c.cmd, c.args, err)
+		}
+	}
+}
