@@ -825,7 +825,7 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 			catch = -1
 		}
 		if cmd == "add-members" && *replicas != 0 {
-			news, err := placeMembers(ctx, mv, cm, cluster.GroupID(*only), *replicas, stdout, stderr)
+			news, err := placeMembers(ctx, mv, cm, cluster.GroupID(*only), *replicas, *asJSON, stdout, stderr)
 			if err != nil || news == nil {
 				return err // or nothing left to do, said
 			}
@@ -1071,12 +1071,13 @@ func chainChange(ctx context.Context, cmd string, mv *cluster.Mover, step cluste
 // placeMembers is add-members --replicas r without --new in a cluster of
 // several groups: the nodes that grow group g of cm to r members, placed
 // on the map's live nodes (cluster.PlaceMembers), or nil once it has them
-// (said on stdout). A rerun must not place them a second time: if the
-// group's own configuration has r members, the map's and others — it grew
+// (said on stdout, as JSON with asJSON). A rerun must not place them a
+// second time: if the group's own configuration has r members, the map's
+// and others — it grew
 // before the map said so (its leader records it within a second) — the
 // others are the earlier run's choice and are asked for again (the
 // reconfiguration is then a no-op), as placedMembers does for replace-node.
-func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g cluster.GroupID, r int, stdout, stderr io.Writer) ([]cluster.Member, error) {
+func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g cluster.GroupID, r int, asJSON bool, stdout, stderr io.Writer) ([]cluster.Member, error) {
 	if g == 0 {
 		return nil, usageError{errors.New("add-members in a cluster of several groups needs --group G (65535: the metadata group)")}
 	}
@@ -1084,6 +1085,9 @@ func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g c
 	switch {
 	case len(ms) > r:
 		return nil, fmt.Errorf("add-members: group %d has %d members %v, more than --replicas %d (remove-node shrinks a group); nothing changed", g, len(ms), ms, r)
+	case len(ms) == r && asJSON:
+		// As groupsChange's --json when nothing changes: no group done.
+		return nil, json.NewEncoder(stdout).Encode([]any(nil))
 	case len(ms) == r:
 		_, err := fmt.Fprintf(stdout, "group %d has %d members %v already: nothing left to do\n", g, r, ms)
 		return nil, err

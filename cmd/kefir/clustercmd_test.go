@@ -202,3 +202,16 @@ func TestClusterMembersRefuseReplicasElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// add-members --replicas --json on a group that has its members already
+// prints JSON, as the command does when nothing changes with --new: a
+// script reading the output must not meet a sentence.
+func TestPlaceMembersNothingLeftJSON(t *testing.T) {
+	cm := &kv.ClusterMap{Epoch: 3, Nodes: []kv.MapNode{{ID: 1}, {ID: 2}, {ID: 3}},
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}}}}
+	var out strings.Builder
+	news, err := placeMembers(t.Context(), nil, cm, 1, 3, true, &out, io.Discard)
+	if err != nil || news != nil || strings.TrimSpace(out.String()) != "null" {
+		t.Fatalf("--json, nothing left: %v %v %q, want null", news, err, out.String())
+	}
+}
