@@ -16,7 +16,10 @@ import (
 // Kefir does the same with the map's nodes: each of N's groups takes, in
 // N's place, a live node of the map that is not in it, the one hosting the
 // fewest replicas, so a node's load — and what its own failure would cost
-// — stays even.
+// — stays even. A new group's replicas (PlaceGroup) and a group's new
+// members (PlaceMembers) are placed by the same rule (placer). Live means
+// answering now: a node that waits to join (kefir server --join) does not
+// listen yet, so placement never chooses one (Silent names them).
 
 // PlanReplacePlaced returns, for a cluster of several groups whose map is
 // cm, the groups to change to re-create node old's replicas on other nodes
