@@ -551,13 +551,15 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 	var again bool
 	if placed {
 		// Asked lazily: a rerun that finds its group pings nobody.
+		var up map[uint64]bool
 		live := func() func(uint64) bool {
-			up := liveNodes(ctx, mv, cm, 0)
+			up = liveNodes(ctx, mv, cm, 0)
 			return func(id uint64) bool { return up[id] }
 		}
 		id, members, again, err = planAddGroupPlaced(cm, *replicas, *idFlag, eng, live)
 		if err == nil && !again {
 			fmt.Fprintf(stderr, "kefir cluster: placing the new group's %d replicas on nodes %v\n", *replicas, members)
+			silentNote(stderr, cm, up, "--members")
 		}
 	} else {
 		id, again, err = planAddGroup(cm, members, *idFlag, eng)
@@ -750,6 +752,10 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() != 0 {
 		return usageError{fmt.Errorf("%s takes flags only", cmd)}
 	}
+	if *replicas != 0 && cmd != "add-members" {
+		// Not taken silently: replace-node keeps each group's size.
+		return usageError{fmt.Errorf("%s: --replicas is add-members' (a group's size to grow to)", cmd)}
+	}
 	var change func(cluster.GroupConfig) ([]cluster.Member, error)
 	var newNode cluster.Member
 	var removed []uint64
@@ -822,7 +828,7 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 			catch = -1
 		}
 		if cmd == "add-members" && *replicas != 0 {
-			news, err := placeMembers(ctx, mv, cm, cluster.GroupID(*only), *replicas, stdout, stderr)
+			news, err := placeMembers(ctx, mv, cm, cluster.GroupID(*only), *replicas, *asJSON, stdout, stderr)
 			if err != nil || news == nil {
 				return err // or nothing left to do, said
 			}
@@ -1069,12 +1075,13 @@ func chainChange(ctx context.Context, cmd string, mv *cluster.Mover, step cluste
 // placeMembers is add-members --replicas r without --new in a cluster of
 // several groups: the nodes that grow group g of cm to r members, placed
 // on the map's live nodes (cluster.PlaceMembers), or nil once it has them
-// (said on stdout). A rerun must not place them a second time: if the
-// group's own configuration has r members, the map's and others — it grew
+// (said on stdout, as JSON with asJSON). A rerun must not place them a
+// second time: if the group's own configuration has r members, the map's
+// and others — it grew
 // before the map said so (its leader records it within a second) — the
 // others are the earlier run's choice and are asked for again (the
 // reconfiguration is then a no-op), as placedMembers does for replace-node.
-func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g cluster.GroupID, r int, stdout, stderr io.Writer) ([]cluster.Member, error) {
+func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g cluster.GroupID, r int, asJSON bool, stdout, stderr io.Writer) ([]cluster.Member, error) {
 	if g == 0 {
 		return nil, usageError{errors.New("add-members in a cluster of several groups needs --group G (65535: the metadata group)")}
 	}
@@ -1082,6 +1089,9 @@ func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g c
 	switch {
 	case len(ms) > r:
 		return nil, fmt.Errorf("add-members: group %d has %d members %v, more than --replicas %d (remove-node shrinks a group); nothing changed", g, len(ms), ms, r)
+	case len(ms) == r && asJSON:
+		// As groupsChange's --json when nothing changes: no group done.
+		return nil, json.NewEncoder(stdout).Encode([]any(nil))
 	case len(ms) == r:
 		_, err := fmt.Fprintf(stdout, "group %d has %d members %v already: nothing left to do\n", g, r, ms)
 		return nil, err
@@ -1096,12 +1106,23 @@ func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g c
 			return nil, fmt.Errorf("add-members: %w; nothing changed", err)
 		}
 		fmt.Fprintf(stderr, "kefir cluster: placing %s's new members on nodes %v\n", groupName(g), ids)
+		silentNote(stderr, cm, live, "--new")
 	}
 	news := make([]cluster.Member, len(ids))
 	for i, id := range ids {
 		news[i] = cluster.Member{ID: id}
 	}
 	return news, nil
+}
+
+// silentNote tells the operator of a placement which nodes of cm it could
+// not consider (cluster.Silent over up, the nodes that answered): new
+// nodes started with kefir server --join wait unreachable until a command
+// names them, with flag.
+func silentNote(w io.Writer, cm *kv.ClusterMap, up map[uint64]bool, flag string) {
+	if ids := cluster.Silent(cm, func(id uint64) bool { return up[id] }); len(ids) > 0 {
+		fmt.Fprintf(w, "kefir cluster: nodes %v host no replica and do not answer, so none was placed there (a node started with kefir server --join answers only once a command names it: name such nodes with %s)\n", ids, flag)
+	}
 }
 
 // grownAlready is what a placed add-members' rerun asks for again: the

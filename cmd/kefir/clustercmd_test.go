@@ -182,3 +182,36 @@ func TestGrownAlready(t *testing.T) {
 		}
 	}
 }
+
+// --replicas is add-members' (and add-group's) alone: replace-node and
+// remove-node refuse it rather than run without it (the address is a
+// closed port: a flag that passed would fail on connecting instead).
+func TestClusterMembersRefuseReplicasElsewhere(t *testing.T) {
+	for _, c := range []struct {
+		cmd  string
+		args []string
+	}{
+		{"replace-node", []string{"--old", "4", "--replicas", "5"}},
+		{"remove-node", []string{"--id", "4", "--replicas", "3"}},
+		{"add-members", []string{"--group", "3", "--replicas", "4"}},
+	} {
+		err := runClusterMembers(c.cmd, append([]string{"--addr", "127.0.0.1:1", "--timeout", "1s"}, c.args...), io.Discard, io.Discard)
+		var u usageError
+		if !errors.As(err, &u) {
+			t.Errorf("%s %v: %v, want a usage error", c.cmd, c.args, err)
+		}
+	}
+}
+
+// add-members --replicas --json on a group that has its members already
+// prints JSON, as the command does when nothing changes with --new: a
+// script reading the output must not meet a sentence.
+func TestPlaceMembersNothingLeftJSON(t *testing.T) {
+	cm := &kv.ClusterMap{Epoch: 3, Nodes: []kv.MapNode{{ID: 1}, {ID: 2}, {ID: 3}},
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}}}}
+	var out strings.Builder
+	news, err := placeMembers(t.Context(), nil, cm, 1, 3, true, &out, io.Discard)
+	if err != nil || news != nil || strings.TrimSpace(out.String()) != "null" {
+		t.Fatalf("--json, nothing left: %v %v %q, want null", news, err, out.String())
+	}
+}

@@ -16,7 +16,10 @@ import (
 // Kefir does the same with the map's nodes: each of N's groups takes, in
 // N's place, a live node of the map that is not in it, the one hosting the
 // fewest replicas, so a node's load — and what its own failure would cost
-// — stays even.
+// — stays even. A new group's replicas (PlaceGroup) and a group's new
+// members (PlaceMembers) are placed by the same rule (placer). Live means
+// answering now: a node that waits to join (kefir server --join) does not
+// listen yet, so placement never chooses one (Silent names them).
 
 // PlanReplacePlaced returns, for a cluster of several groups whose map is
 // cm, the groups to change to re-create node old's replicas on other nodes
@@ -104,7 +107,7 @@ func PlaceGroup(cm *kv.ClusterMap, r int, live func(id uint64) bool) ([]uint64, 
 	for len(g.Members) < r {
 		id := p.choose(g, nil)
 		if id == 0 {
-			return nil, fmt.Errorf("a group of %d replicas needs %d distinct live nodes; the map's nodes are %v, and %v answer (map epoch %d): start and add more nodes (kefir server --join, kefir cluster add-node) or ask for fewer replicas", r, r, cm.NodeIDs(), p.live(), cm.Epoch)
+			return nil, fmt.Errorf("a group of %d replicas needs %d distinct live nodes; the map's nodes are %v, and %v answer (map epoch %d)%s: name the nodes with --members, or ask for fewer replicas", r, r, cm.NodeIDs(), p.live(), cm.Epoch, waitingNote(cm, live))
 		}
 		g.Members = append(g.Members, id)
 	}
@@ -115,14 +118,18 @@ func PlaceGroup(cm *kv.ClusterMap, r int, live func(id uint64) bool) ([]uint64, 
 // add-group of r replicas of engine (and id, 0: the next) added, if cm has
 // one. A rerun must not place the group a second time, and it has no
 // member list to compare with, so a group that could be the earlier run's
-// is taken as it: with id, that group if it is in the map, never
-// reconfigured, of r members and the engine; without, the first such
-// group that also owns no slots (the state add-group leaves a group in).
+// is taken as it: one in the map, never reconfigured, of r members and the
+// engine, owning no slots (the state add-group leaves a group in: a group
+// with slots is an older one, which --id must not pass for the earlier
+// run's) — with id, that group; without, the last such (the highest id:
+// the earlier run's id was above every group of its map, so a lower match
+// is an older group, such as one whose slots remove-group moved away
+// before it stopped).
 // Adding a second placed group before the first has slots therefore needs
 // an id.
 func PlacedEarlier(cm *kv.ClusterMap, r int, id uint64, engine string) (kv.MapGroup, bool) {
-	for _, g := range cm.Groups {
-		if (id == 0 || g.ID == id) && g.MemberEpoch == 0 && len(g.Members) == r && g.Engine == engine && (id != 0 || len(g.Slots) == 0) {
+	for _, g := range slices.Backward(cm.Groups) {
+		if (id == 0 || g.ID == id) && g.MemberEpoch == 0 && len(g.Members) == r && g.Engine == engine && len(g.Slots) == 0 {
 			return g, true
 		}
 	}
@@ -151,7 +158,7 @@ func PlaceMembers(cm *kv.ClusterMap, g GroupID, r int, live func(id uint64) bool
 	for len(grp.Members)+len(out) < r {
 		id := p.choose(grp, out)
 		if id == 0 {
-			return nil, fmt.Errorf("group %d (members %v) grows to %d members on %d more distinct live nodes not in it; the map's nodes are %v, and %v answer (map epoch %d): start and add more nodes (kefir server --join, kefir cluster add-node) or name them with --new", g, grp.Members, r, r-len(grp.Members), cm.NodeIDs(), p.live(), cm.Epoch)
+			return nil, fmt.Errorf("group %d (members %v) grows to %d members on %d more distinct live nodes not in it; the map's nodes are %v, and %v answer (map epoch %d)%s: name the new members with --new", g, grp.Members, r, r-len(grp.Members), cm.NodeIDs(), p.live(), cm.Epoch, waitingNote(cm, live))
 		}
 		out = append(out, id)
 	}
@@ -223,3 +230,34 @@ func (p *placer) choose(g kv.MapGroup, also []uint64) uint64 {
 
 // live is the nodes up, in id order (for an error).
 func (p *placer) live() []uint64 { return slices.Sorted(maps.Keys(p.up)) }
+
+// Silent returns the nodes of cm that host no replica (of any group, nor
+// join one) and that live does not report up, in id order. Placement
+// never chooses them, and the likeliest such node is a new one: a node
+// started with kefir server --join listens only once the map names it in
+// a group, so it answers no PING until a command names it (--members,
+// --new); the others are dead or retired as a whole (exited).
+func Silent(cm *kv.ClusterMap, live func(id uint64) bool) []uint64 {
+	hosts := map[uint64]bool{}
+	for _, g := range mapGroups(cm) {
+		for _, id := range slices.Concat(g.Members, g.Joining) {
+			hosts[id] = true
+		}
+	}
+	var out []uint64
+	for _, id := range cm.NodeIDs() {
+		if !hosts[id] && !live(id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// waitingNote is, for a placement's error, what Silent says of cm's nodes.
+func waitingNote(cm *kv.ClusterMap, live func(id uint64) bool) string {
+	ids := Silent(cm, live)
+	if len(ids) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; nodes %v host no replica and do not answer: a node started with kefir server --join answers only once a command names it, so placement never chooses one", ids)
+}

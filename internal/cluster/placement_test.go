@@ -343,3 +343,47 @@ func TestPlacementMutations(t *testing.T) {
 		}
 	}
 }
+
+// A placed add-group's rerun takes only a group an earlier run could have
+// added: never one owning slots (with --id of a group of kefir up, the
+// rerun rule must not answer as if this command had added it), and
+// without --id the newest such group, not an older one left without slots
+// (remove-group stopped after moving them away).
+func TestPlacedEarlier(t *testing.T) {
+	all := []kv.SlotRange{{Start: 0, End: 16383}}
+	cm := &kv.ClusterMap{Epoch: 9, Nodes: placeNodes(1, 2, 3, 4, 5),
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}, Slots: all}, {ID: 2, Members: []uint64{3, 4, 5}}, {ID: 3, Members: []uint64{5, 4, 1}}}}
+	if g, ok := PlacedEarlier(cm, 3, 1, kv.EngineVR); ok {
+		t.Errorf("--id 1 (a group owning every slot) taken as the earlier run's: %+v", g)
+	}
+	if g, ok := PlacedEarlier(cm, 3, 0, kv.EngineVR); !ok || g.ID != 3 {
+		t.Errorf("without --id: %+v %v, want group 3 (the newest empty one)", g, ok)
+	}
+	if g, ok := PlacedEarlier(cm, 3, 2, kv.EngineVR); !ok || g.ID != 2 {
+		t.Errorf("--id 2: %+v %v, want group 2", g, ok)
+	}
+}
+
+// A node of the map that hosts nothing and does not answer is, likeliest,
+// a new one started with kefir server --join: it listens only once a
+// command names it, so placement cannot choose it, and a refusal must say
+// so rather than advise starting and adding nodes (which is what was done).
+func TestPlacementNamesSilentNodes(t *testing.T) {
+	// Nodes 4 and 5 added and waiting to join; 3 down.
+	cm := &kv.ClusterMap{Epoch: 5, Nodes: placeNodes(1, 2, 3, 4, 5),
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}, Slots: []kv.SlotRange{{Start: 0, End: 16383}}}}}
+	up := func(id uint64) bool { return id <= 2 }
+	if got := Silent(cm, up); !slices.Equal(got, []uint64{4, 5}) {
+		t.Errorf("Silent: %v, want [4 5] (3 hosts replicas)", got)
+	}
+	const note = "nodes [4 5] host no replica and do not answer: a node started with kefir server --join answers only once a command names it"
+	if _, err := PlaceGroup(cm, 3, up); err == nil || !strings.Contains(err.Error(), note) || !strings.Contains(err.Error(), "name the nodes with --members") {
+		t.Errorf("PlaceGroup: %v", err)
+	}
+	if _, err := PlaceMembers(cm, 1, 5, up); err == nil || !strings.Contains(err.Error(), note) || !strings.Contains(err.Error(), "with --new") {
+		t.Errorf("PlaceMembers: %v", err)
+	}
+	if _, err := PlaceGroup(cm, 5, func(id uint64) bool { return id != 3 && id != 2 }); err == nil || strings.Contains(err.Error(), "host no replica") {
+		t.Errorf("every node hosting nothing answers: %v", err)
+	}
+}

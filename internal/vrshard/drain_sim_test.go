@@ -38,8 +38,8 @@ import (
 // (every replica it hosts crashed, its disk wiped), and the operator runs
 // kefir cluster replace-node --old N without --new, as the command does:
 // the map read at the metadata leader, the nodes' liveness asked (the
-// simulation's answer to a PING: a node that hosts a replica up, or runs
-// with nothing; never N nor the dead spare), the production placement
+// simulation's answer to a PING: a node that hosts a replica up; never N
+// nor the dead spare), the production placement
 // (cluster.PlanReplacePlaced: each of N's groups takes the live node not in
 // it hosting the fewest replicas), each group's own configuration read
 // first (the command's placedMembers rule for a rerun), then the
@@ -130,14 +130,15 @@ func (d *drainRun) schedule(until time.Duration) {
 }
 
 // live is the simulation's answer to the command's PING of node id: a node
-// that is not dead for good and hosts a replica that is up, or runs with
-// nothing (a node hosting nothing yet).
+// that is not dead for good and hosts a replica that is up. A node hosting
+// nothing does not answer, as in production: one started with kefir server
+// --join listens only once the map names it, one that retired has exited.
 func (c *simCluster) live(id uint64) bool {
 	k := int(id) - 1
 	if k < 0 || k >= c.nodes || c.dead[k] {
 		return false
 	}
-	return len(c.hosted[k]) == 0 || slices.ContainsFunc(c.hosted[k], func(a int) bool { return c.s.Up(a) })
+	return slices.ContainsFunc(c.hosted[k], func(a int) bool { return c.s.Up(a) })
 }
 
 // placedJob is kefir cluster replace-node --old N without --new

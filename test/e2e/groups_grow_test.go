@@ -85,7 +85,7 @@ func TestGroupsAddMembers(t *testing.T) {
 	}
 
 	out, err := kefirCluster(t, "add-members", addr, "--group", "1", "--new", strings.Join(specs, ","))
-	if err != nil || !strings.Contains(out, "group 1 is at epoch 1, members [1 2 3 4 5]") {
+	if err != nil || !reconfiguredTo(out, 1, 1, 1, 2, 3, 4, 5) {
 		t.Fatalf("add-members: %v\n%s", err, out)
 	}
 	grown.Store(true)
@@ -114,7 +114,7 @@ func TestGroupsAddMembers(t *testing.T) {
 	// The metadata group grows by the same two nodes (by id: the map knows
 	// them now), so the map keeps changing with two of five down too.
 	out, err = kefirCluster(t, "add-members", addr, "--group", "65535", "--new", "4,5")
-	if err != nil || !strings.Contains(out, "group 65535 is at epoch 1, members [1 2 3 4 5]") {
+	if err != nil || !reconfiguredTo(out, 65535, 1, 1, 2, 3, 4, 5) {
 		t.Fatalf("add-members to the metadata group: %v\n%s", err, out)
 	}
 	// Let the new members catch up under the load, then take two of the

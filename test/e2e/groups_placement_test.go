@@ -184,6 +184,42 @@ func TestGroupsPlaceANewGroupAndItsMembers(t *testing.T) {
 	}
 }
 
+// Placement and new nodes (docs/cluster.md, "Growing a cluster"): nodes 4
+// and 5 started with --join and added to the map wait to be named without
+// listening, so they answer no PING and placement cannot choose them —
+// the commands must say so and point to --members, not advise starting and
+// adding nodes (what was done): a placed add-group of 5 is refused naming
+// them, one of 3 goes on the running nodes 1-3 and says 4 and 5 were not
+// considered.
+func TestGroupsPlacementNamesNodesWaitingToJoin(t *testing.T) {
+	g := cluster.StartGroups(t, 3, "1=1,2,3:0-8191;2=2,3,1:8192-16383")
+	g.WaitLeaders(20 * time.Second)
+	live := g.Addrs()
+	addr := "--addr=" + live[1]
+	for id := 4; id <= 5; id++ {
+		n := cluster.NewNode(t, "n"+strconv.Itoa(id))
+		n.Args = []string{"--replica-id", strconv.Itoa(id), "--join", live[0] + "," + live[1], "--cluster-secret", "e2e-groups-secret"}
+		if err := n.StartNoWait(); err != nil {
+			t.Fatal(err)
+		}
+		if !testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool { return strings.Contains(n.Logs(), "does not name node") }) {
+			t.Fatalf("%s did not wait to be named:\n%s", n.ID, n.Logs())
+		}
+		if out, err := kefirCluster(t, "add-node", addr, "--id", strconv.Itoa(id), "--client-addr", n.ClientAddr, "--peer-addr", n.PeerAddr); err != nil {
+			t.Fatalf("add-node %d: %v\n%s", id, err, out)
+		}
+	}
+	const waiting = "nodes [4 5] host no replica and do not answer"
+	out, err := kefirCluster(t, "add-group", addr, "--replicas", "5", "--wait", "0")
+	if err == nil || !strings.Contains(out, waiting) || !strings.Contains(out, "name the nodes with --members") || !strings.Contains(out, "nothing changed") {
+		t.Fatalf("add-group --replicas 5 with nodes 4 and 5 waiting to join: %v\n%s", err, out)
+	}
+	out, err = kefirCluster(t, "add-group", addr, "--wait", "0")
+	if err != nil || !strings.Contains(out, "placing the new group's 3 replicas on nodes [1 2 3]") || !strings.Contains(out, waiting) || !strings.Contains(out, "name such nodes with --members") {
+		t.Fatalf("add-group with nodes 4 and 5 waiting to join: %v\n%s", err, out)
+	}
+}
+
 // putInSlots writes 20 keys named prefix+i whose slots in accepts, each
 // acknowledged durable (sync), through c, and returns them with their
 // values (what names the slots' owner in a failure).

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -131,6 +133,26 @@ func TestReplaceAFailedNode(t *testing.T) {
 	n4.Args = []string{"--replica-id", "4", "--cluster-secret", groupSecret}
 	n4.Restart()
 	ng.caughtUp(2, ng.leader(-1))
+}
+
+// reconfiguredTo reports whether a kefir cluster command's output says
+// group g is at epoch e with members want, in any order: the command
+// prints them in the order the group answers, its leader first, and which
+// member leads depends on the view changes of the moment.
+func reconfiguredTo(out string, g, e uint64, want ...uint64) bool {
+	m := regexp.MustCompile(fmt.Sprintf(`group %d is at epoch %d, members \[([0-9 ]*)\]`, g, e)).FindStringSubmatch(out)
+	if m == nil {
+		return false
+	}
+	var got []uint64
+	for _, f := range strings.Fields(m[1]) {
+		id, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return false
+		}
+		got = append(got, id)
+	}
+	return slices.Equal(sortedIDs(got), sortedIDs(want))
 }
 
 func sortedIDs(ids []uint64) []uint64 {
