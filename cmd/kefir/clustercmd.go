@@ -1116,12 +1116,11 @@ func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g c
 }
 
 // silentNote tells the operator of a placement which nodes of cm it could
-// not consider (cluster.Silent over up, the nodes that answered): new
-// nodes started with kefir server --join wait unreachable until a command
-// names them, with flag.
+// not consider (cluster.Silent over up, the nodes that answered), and that
+// flag names nodes whatever they answer.
 func silentNote(w io.Writer, cm *kv.ClusterMap, up map[uint64]bool, flag string) {
 	if ids := cluster.Silent(cm, func(id uint64) bool { return up[id] }); len(ids) > 0 {
-		fmt.Fprintf(w, "kefir cluster: nodes %v host no replica and do not answer, so none was placed there (a node started with kefir server --join answers only once a command names it: name such nodes with %s)\n", ids, flag)
+		fmt.Fprintf(w, "kefir cluster: nodes %v host no replica and do not answer, so none was placed there (start them, or name the nodes you want with %s)\n", ids, flag)
 	}
 }
 

@@ -233,10 +233,10 @@ func (p *placer) live() []uint64 { return slices.Sorted(maps.Keys(p.up)) }
 
 // Silent returns the nodes of cm that host no replica (of any group, nor
 // join one) and that live does not report up, in id order. Placement
-// never chooses them, and the likeliest such node is a new one: a node
-// started with kefir server --join listens only once the map names it in
-// a group, so it answers no PING until a command names it (--members,
-// --new); the others are dead or retired as a whole (exited).
+// never chooses them: they are down, or left the cluster as a whole
+// (exited), or run a build from before session 32, whose joining node
+// listened only once a command named it in a group (a node joining now
+// serves once the map has it).
 func Silent(cm *kv.ClusterMap, live func(id uint64) bool) []uint64 {
 	hosts := map[uint64]bool{}
 	for _, g := range mapGroups(cm) {
@@ -259,5 +259,5 @@ func waitingNote(cm *kv.ClusterMap, live func(id uint64) bool) string {
 	if len(ids) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("; nodes %v host no replica and do not answer: a node started with kefir server --join answers only once a command names it, so placement never chooses one", ids)
+	return fmt.Sprintf("; nodes %v host no replica and do not answer (down, or not running: placement never chooses them)", ids)
 }
