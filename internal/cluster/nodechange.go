@@ -110,7 +110,7 @@ func (c *NodeChange) Run(ctx context.Context, cm *kv.ClusterMap, plan []GroupCha
 			// old's replica elsewhere than the run that changed it; the
 			// group's own configuration decides, so it changes once.
 			if cur, err := gmv.GroupConfigOf(ctx, step.Group); err == nil {
-				step.Members = placedMembers(step.Members, cur.Members, c.Old)
+				step.Members = placedMembers(step.Members, cur.Members, c.Old, PlacedOn(cm, step, c.Old))
 			}
 		}
 		if c.CatchUp >= 0 { // not --force
@@ -196,16 +196,26 @@ func (c *NodeChange) chainStep(ctx context.Context, step GroupChange) ([]uint64,
 	return GroupMembersOf(cm, step.Group), cm.Epoch, nil
 }
 
-// placedMembers is the members a placed replacement of old asks a group
-// for: the plan's (planned), unless the group's own configuration (cur)
-// no longer has old — a rerun after the group changed but before the map
-// said so, which the plan may place elsewhere — then cur, so the group
-// changes once.
-func placedMembers(planned, cur []uint64, old uint64) []uint64 {
-	if slices.Contains(cur, old) {
+// placedMembers is the members a placed replacement of old by on asks a
+// group for: its own configuration (cur) with old replaced by on. That is
+// the plan's members (planned) when the group is as the map said, and it
+// keeps a change that landed since the map was read (an operator's
+// replace-node of another member while the repairer replaces old), which
+// the plan would undo. A group whose configuration no longer has old — a
+// rerun after it changed but before the map said so, or another replacer
+// of old that came first — keeps cur, so it changes once. on 0 or in cur
+// already: the plan's.
+func placedMembers(planned, cur []uint64, old, on uint64) []uint64 {
+	i := slices.Index(cur, old)
+	switch {
+	case i < 0:
+		return cur
+	case on == 0 || slices.Contains(cur, on):
 		return planned
 	}
-	return cur
+	out := slices.Clone(cur)
+	out[i] = on
+	return out
 }
 
 // GroupName names group g for the operator.
