@@ -61,6 +61,9 @@ type StepDone struct {
 	Previous []uint64 `json:"previous"`
 	MapEpoch uint64   `json:"map_epoch"`
 	Chain    bool     `json:"-"`
+	// Start is the op the group's epoch started at (a new member's
+	// configuration: the simulation opens it from this).
+	Start uint64 `json:"-"`
 }
 
 func (c *NodeChange) logf(format string, a ...any) {
@@ -102,7 +105,8 @@ func (c *NodeChange) Run(ctx context.Context, cm *kv.ClusterMap, plan []GroupCha
 			}
 		}
 		seeds = append(seeds, mv.Seeds...)
-		gmv := &Mover{Seeds: seeds, Password: mv.Password, TLS: mv.TLS, RetryFor: 30 * time.Second}
+		// On Meta's transport and clock (a simulation's, under it).
+		gmv := &Mover{Seeds: seeds, Password: mv.Password, TLS: mv.TLS, RetryFor: 30 * time.Second, Transport: mv.Transport, Clock: mv.Clock}
 		name := GroupName(step.Group)
 		if c.Placed {
 			// Placed: a rerun after the group changed but before the map
@@ -137,7 +141,7 @@ func (c *NodeChange) Run(ctx context.Context, cm *kv.ClusterMap, plan []GroupCha
 			return fmt.Errorf("%s: group %d moved to epoch %d (%v) but the map does not say so yet: %w (rerun the command to finish)", cmd, step.Group, res.Epoch, res.Members, err)
 		}
 		if c.Done != nil {
-			c.Done(StepDone{Group: uint64(step.Group), Epoch: res.Epoch, Members: res.Members, Previous: res.Previous, MapEpoch: mapEpoch})
+			c.Done(StepDone{Group: uint64(step.Group), Epoch: res.Epoch, Members: res.Members, Previous: res.Previous, MapEpoch: mapEpoch, Start: res.Start})
 		}
 	}
 	return nil
@@ -176,12 +180,10 @@ func (c *NodeChange) chainStep(ctx context.Context, step GroupChange) ([]uint64,
 	}
 	last := GroupMembersOf(cm, step.Group)
 	for !ChainChangeDone(cm, step) {
-		select {
-		case <-ctx.Done():
+		if err := mv.clock().Sleep(ctx, 200*time.Millisecond); err != nil {
 			g, _ := cm.Group(uint64(step.Group))
 			return nil, 0, fmt.Errorf("%s: chain group %d is %v (joining %v), not yet %v: %w; is every new node running (kefir server --join)? rerun the command to wait again",
-				cmd, step.Group, g.Members, g.Joining, step.Members, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
+				cmd, step.Group, g.Members, g.Joining, step.Members, err)
 		}
 		n, err := mv.MetaMap(ctx)
 		if err != nil {
