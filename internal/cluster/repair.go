@@ -77,6 +77,9 @@ type RepairMutations struct {
 	// IgnoresQuorum: a group a majority of whose members do not answer is
 	// planned anyway (its reconfiguration cannot commit).
 	IgnoresQuorum bool
+	// Concurrent: the leader starts a due repair while another runs (two
+	// repairers of one node).
+	Concurrent bool
 }
 
 // RepairMut is the process's RepairMutations (tests only; read under
@@ -208,6 +211,8 @@ type repairer struct {
 	cancel    context.CancelFunc
 	logged    map[string]bool // stuck decisions said once each
 	wg        sync.WaitGroup
+	// exec runs a due repair (nil: run; tests stand in for the cluster).
+	exec func(ctx context.Context, cm *kv.ClusterMap, cfg FollowConfig, d RepairDecision, logf func(string, ...any)) error
 }
 
 // probeEvery is how often the repairer pings every node: a tenth of
@@ -263,7 +268,7 @@ func (r *repairer) tick(ctx context.Context, cm *kv.ClusterMap, cfg FollowConfig
 			}
 		}()
 	}
-	if r.running {
+	if r.running && !(mutation.On && RepairMut.Concurrent) {
 		return
 	}
 	d, due, stuck := r.watch.Due(now, cm, after)
@@ -293,7 +298,11 @@ func (r *repairer) tick(ctx context.Context, cm *kv.ClusterMap, cfg FollowConfig
 	go func() {
 		defer r.wg.Done()
 		defer cancel()
-		err := r.run(rctx, cm, cfg, d, logf)
+		exec := r.exec
+		if exec == nil {
+			exec = r.run
+		}
+		err := exec(rctx, cm, cfg, d, logf)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.running = false

@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -145,6 +147,89 @@ func checkRepairQuorum() error {
 	return nil
 }
 
+// checkRepairerOneAtATime: the leader's repairer runs one repair at a
+// time however many ticks find it due, and losing the leadership cancels
+// the one in hand and forgets the watch (the next leader starts afresh).
+// The cluster is stood in for (exec): the decision is the watch's.
+func checkRepairerOneAtATime() error {
+	cm := repairMap(kv.MapGroup{ID: 1, Members: []uint64{1, 2, 4}}, kv.MapGroup{ID: 2, Members: []uint64{4, 3, 1}})
+	var r repairer
+	var mu sync.Mutex
+	running, most := 0, 0
+	started := make(chan uint64, 8)
+	// release ends every repair still running when the check fails (with
+	// two at once, lost cancels only the one it knows).
+	release := make(chan struct{})
+	r.exec = func(ctx context.Context, _ *kv.ClusterMap, _ FollowConfig, d RepairDecision, _ func(string, ...any)) error {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		started <- d.Node
+		select { // until the leadership is lost
+		case <-ctx.Done():
+		case <-release:
+		}
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return ctx.Err()
+	}
+	// Node 4 silent for an hour; a probe round is under way (none starts).
+	now := time.Now()
+	probe(&r.watch, now.Add(-time.Hour), cm)
+	probe(&r.watch, now, cm, 4)
+	r.probing = true
+	cfg := FollowConfig{RepairAfter: time.Minute}
+	for range 3 {
+		r.tick(context.Background(), cm, cfg)
+	}
+	select {
+	case n := <-started:
+		if n != 4 {
+			return fmt.Errorf("repairing node %d, want 4", n)
+		}
+	case <-time.After(5 * time.Second):
+		return errors.New("no repair started")
+	}
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	n := most
+	mu.Unlock()
+	if n != 1 {
+		close(release)
+		r.lost()
+		r.wait()
+		return fmt.Errorf("%d repairs ran at once", n)
+	}
+	r.lost()
+	waited := make(chan struct{})
+	go func() { r.wait(); close(waited) }()
+	select {
+	case <-waited: // the repair in hand returned: cancelled
+	case <-time.After(5 * time.Second):
+		close(release)
+		<-waited
+		return errors.New("the repair in hand was not cancelled when the leadership was lost")
+	}
+	r.tick(context.Background(), cm, cfg)
+	select {
+	case <-started:
+		close(release)
+		r.lost()
+		r.wait()
+		return errors.New("a repair started right after the leadership was lost and found again (the watch was not forgotten)")
+	case <-time.After(50 * time.Millisecond):
+	}
+	return nil
+}
+
+func TestRepairerOneAtATime(t *testing.T) {
+	if err := checkRepairerOneAtATime(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestRepairWatch(t *testing.T) {
 	if err := checkRepairAfter(); err != nil {
 		t.Fatal(err)
@@ -164,6 +249,7 @@ func TestRepairWatchMutationsCaught(t *testing.T) {
 	}{
 		{"IgnoresAfter", &RepairMut.IgnoresAfter, checkRepairAfter},
 		{"IgnoresQuorum", &RepairMut.IgnoresQuorum, checkRepairQuorum},
+		{"Concurrent", &RepairMut.Concurrent, checkRepairerOneAtATime},
 	} {
 		*c.set = true
 		err := c.check()
