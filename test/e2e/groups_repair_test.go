@@ -28,7 +28,7 @@ func TestGroupsRepairAFailedNodeUnattended(t *testing.T) {
 	// 3 s of silence, a probe round (0.5 s), two reconfigurations and
 	// their catch-up: well within 40 s on a loaded box.
 	l.checkReplaced(t, g, 40*time.Second)
-	t.Logf("node 4's replicas re-created within %v of its SIGKILL", time.Since(killed).Round(100*time.Millisecond))
+	t.Logf("node 4's replicas re-created (and the writes checked) within %v of its SIGKILL", time.Since(killed).Round(100*time.Millisecond))
 	var logs string
 	for _, n := range g.Nodes[:3] {
 		logs += n.Logs()
