@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -378,7 +377,7 @@ func runClusterRemoveGroup(args []string, stdout, stderr io.Writer) error {
 	case err != nil || stopped:
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "group %d is removed from the map at epoch %d; its members %v retire their replicas as they see it\n", *id, epoch, groupMembersOf(cm, cluster.GroupID(*id)))
+	_, err = fmt.Fprintf(stdout, "group %d is removed from the map at epoch %d; its members %v retire their replicas as they see it\n", *id, epoch, cluster.GroupMembersOf(cm, cluster.GroupID(*id)))
 	if empty := cluster.EmptiedBy(cm, uint64(*id)); err == nil && len(empty) > 0 {
 		_, err = fmt.Fprintf(stdout, "nodes %v are in no other group: they stay up, empty (add-group --members or replace-node can place replicas on them)\n", empty)
 	}
@@ -553,7 +552,7 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 		// Asked lazily: a rerun that finds its group pings nobody.
 		var up map[uint64]bool
 		live := func() func(uint64) bool {
-			up = liveNodes(ctx, mv, cm, 0)
+			up = cluster.LiveNodes(ctx, mv, cm, 0)
 			return func(id uint64) bool { return up[id] }
 		}
 		id, members, again, err = planAddGroupPlaced(cm, *replicas, *idFlag, eng, live)
@@ -870,16 +869,14 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	return err
 }
 
-// groupsChange is replace-node and remove-node in a cluster of several
-// groups (docs/cluster.md, "Replacing a failed node"): the plan for every
-// group the node is a member of is checked against the metadata group's map
-// before anything changes (cluster.PlanNodeChange); a new node is added to
-// the map (KEFIR.SLOTS META ADDNODE); then, one group at a time, the
-// group's leader reconfigures it (KEFIR.GROUP RECONFIG GROUP g) and the
-// new members are recorded in the map (KEFIR.SLOTS META SETMEMBERS), where
-// the nodes follow them: the new node starts its replica of the group and
-// pulls the state, the removed one retires. Every step is idempotent, so a
-// rerun after a crash (of this command or of a node) finishes the job.
+// groupsChange is replace-node, remove-node and add-members in a cluster
+// of several groups (docs/cluster.md, "Replacing a failed node"): it plans
+// the change against the metadata group's map (cluster.PlanNodeChange,
+// PlanReplacePlaced, PlanRemoveNodes, PlanAddMembers), which refuses what
+// is wrong before anything changes, and runs the plan with
+// cluster.NodeChange, the one copy of the loop the metadata leader's
+// repairer runs too. Every step is idempotent, so a rerun after a crash
+// (of this command or of a node) finishes the job.
 func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.ClusterMap, old uint64, nw cluster.Member, removed []uint64,
 	added []cluster.Member, only cluster.GroupID, catchUp time.Duration, asJSON bool, stdout, stderr io.Writer) error {
 	var plan []cluster.GroupChange
@@ -906,11 +903,11 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 		// No --new: the map's live nodes take old's replicas, each group
 		// the least loaded node not in it (cluster.PlanReplacePlaced);
 		// with --group, that group's step chosen alone, as it runs.
-		live := liveNodes(ctx, mv, cm, old)
+		live := cluster.LiveNodes(ctx, mv, cm, old)
 		plan, err = cluster.PlanReplacePlacedStep(cm, old, func(id uint64) bool { return live[id] }, only)
 		for _, ch := range plan {
-			if on := placedOn(cm, ch, old); err == nil && on != 0 {
-				fmt.Fprintf(stderr, "kefir cluster: placing node %d's replica of %s on node %d\n", old, groupName(ch.Group), on)
+			if on := cluster.PlacedOn(cm, ch, old); err == nil && on != 0 {
+				fmt.Fprintf(stderr, "kefir cluster: placing node %d's replica of %s on node %d\n", old, cluster.GroupName(ch.Group), on)
 			}
 		}
 	}
@@ -924,87 +921,25 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 		}
 		plan = plan[i : i+1]
 	}
-	for _, n := range newNodes {
-		if _, err := mv.AddNode(ctx, n.ID, n.ClientAddr, n.PeerAddr); err != nil {
-			return fmt.Errorf("%s: %w", cmd, err)
-		}
+	leaving := removed
+	if cmd == "replace-node" {
+		leaving = []uint64{old}
 	}
-	addr := map[uint64]string{}
-	for _, n := range cm.Nodes {
-		addr[n.ID] = n.ClientAddr
-	}
-	type done struct {
-		Group    uint64   `json:"group"`
-		Epoch    uint64   `json:"epoch"`
-		Members  []uint64 `json:"members"`
-		Previous []uint64 `json:"previous"`
-		MapEpoch uint64   `json:"map_epoch"`
-	}
-	var out []done
-	for _, step := range plan {
-		if step.Chain {
-			members, mapEpoch, err := chainChange(ctx, cmd, mv, step, stderr)
-			if err != nil {
-				return err
+	var out []cluster.StepDone
+	nc := &cluster.NodeChange{Cmd: cmd, Meta: mv, Old: old, Placed: cmd == "replace-node" && nw.ID == 0, Leaving: leaving, NewNodes: newNodes, CatchUp: catchUp,
+		Logf: func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) },
+		Done: func(d cluster.StepDone) {
+			out = append(out, d)
+			switch {
+			case asJSON:
+			case d.Chain:
+				fmt.Fprintf(stdout, "chain group %d is %v (head first); map epoch %d\n", d.Group, d.Members, d.MapEpoch)
+			default:
+				fmt.Fprintf(stdout, "group %d is at epoch %d, members %v (previous %v); map epoch %d\n", d.Group, d.Epoch, d.Members, d.Previous, d.MapEpoch)
 			}
-			out = append(out, done{Group: uint64(step.Group), Members: members, MapEpoch: mapEpoch})
-			if !asJSON {
-				fmt.Fprintf(stdout, "chain group %d is %v (head first); map epoch %d\n", step.Group, members, mapEpoch)
-			}
-			continue
-		}
-		// The group's own members answer for it (the old node may be down;
-		// a new one knows nothing yet).
-		var seeds []string
-		for _, id := range step.Members {
-			if a := addr[id]; a != "" && !slices.ContainsFunc(newNodes, func(n cluster.Member) bool { return n.ID == id }) && slices.Contains(groupMembersOf(cm, step.Group), id) {
-				seeds = append(seeds, a)
-			}
-		}
-		seeds = append(seeds, mv.Seeds...)
-		gmv := &cluster.Mover{Seeds: seeds, Password: mv.Password, TLS: mv.TLS, RetryFor: 30 * time.Second}
-		name := groupName(step.Group)
-		if cmd == "replace-node" && nw.ID == 0 {
-			// Placed: a rerun after the group changed but before the map
-			// said so (its leader records it within a second) may place
-			// old's replica elsewhere than the run that changed it; the
-			// group's own configuration decides, so it changes once.
-			if cur, err := gmv.GroupConfigOf(ctx, step.Group); err == nil {
-				step.Members = placedMembers(step.Members, cur.Members, old)
-			}
-		}
-		if catchUp >= 0 { // not --force
-			// The members the group's last change added must have pulled
-			// its state first: changing it again while one still does can
-			// leave the new epoch without a working majority.
-			leaving := removed
-			if cmd == "replace-node" {
-				leaving = []uint64{old}
-			}
-			// A rerun whose change the group already made (the map did not
-			// record it) changes nothing: no wait.
-			if cur, err := gmv.GroupConfigOf(ctx, step.Group); err == nil && !cluster.SameIDs(cur.Members, step.Members) {
-				logf := func(format string, args ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", args...) }
-				if err := gmv.WaitCaughtUp(ctx, step.Group, cur.Members, cur.Previous, leaving, catchUp, logf); err != nil {
-					gmv.Close()
-					return fmt.Errorf("%s: %w; nothing changed for group %d", cmd, err, step.Group)
-				}
-			}
-		}
-		fmt.Fprintf(stderr, "kefir cluster: %s: %v -> %v\n", name, groupMembersOf(cm, step.Group), step.Members)
-		res, err := gmv.ReconfigureGroup(ctx, step.Group, step.Members)
-		gmv.Close()
-		if err != nil {
-			return fmt.Errorf("%s: group %d: %w (rerun the command to finish)", cmd, step.Group, err)
-		}
-		mapEpoch, err := mv.SetMembers(ctx, step.Group, res.Epoch, res.Members)
-		if err != nil {
-			return fmt.Errorf("%s: group %d moved to epoch %d (%v) but the map does not say so yet: %w (rerun the command to finish)", cmd, step.Group, res.Epoch, res.Members, err)
-		}
-		out = append(out, done{Group: uint64(step.Group), Epoch: res.Epoch, Members: res.Members, Previous: res.Previous, MapEpoch: mapEpoch})
-		if !asJSON {
-			fmt.Fprintf(stdout, "group %d is at epoch %d, members %v (previous %v); map epoch %d\n", step.Group, res.Epoch, res.Members, res.Previous, mapEpoch)
-		}
+		}}
+	if err := nc.Run(ctx, cm, plan); err != nil {
+		return err
 	}
 	if asJSON {
 		return json.NewEncoder(stdout).Encode(out)
@@ -1020,58 +955,6 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 	return nil
 }
 
-// chainChange is a chain group's step of replace-node and remove-node
-// (docs/design/chain.md, "A chain in a cluster of groups"): the change is
-// recorded in the map as a wish (KEFIR.SLOTS META CHAINWANT, compare-and-set
-// by the map's epoch, read again just before: adding the new node moved it),
-// which the chain's master carries out — the new node, started with
-// --join, opens an empty member and is joined before the tail; the old one
-// is then failed and retires — and the command waits until the map's member
-// list, which follows the chain's record, has step.Join and not step.Leave
-// (a rerun finds it so at once). It returns the chain's members and the
-// map's epoch then.
-func chainChange(ctx context.Context, cmd string, mv *cluster.Mover, step cluster.GroupChange, stderr io.Writer) ([]uint64, uint64, error) {
-	var cm *kv.ClusterMap
-	for attempt := 0; ; attempt++ {
-		var err error
-		if cm, err = mv.MetaMap(ctx); err != nil {
-			return nil, 0, fmt.Errorf("%s: chain group %d: %w (rerun the command to finish)", cmd, step.Group, err)
-		}
-		if cluster.ChainChangeDone(cm, step) {
-			break
-		}
-		_, err = mv.ChainWant(ctx, step, cm.Epoch)
-		if err == nil {
-			fmt.Fprintf(stderr, "kefir cluster: chain group %d: %v -> %v (joining %v, leaving %v: the chain's master carries it out)\n",
-				step.Group, groupMembersOf(cm, step.Group), step.Members, step.Join, step.Leave)
-			break
-		}
-		if !strings.Contains(err.Error(), "plan it again") || attempt >= 5 {
-			return nil, 0, fmt.Errorf("%s: %w (rerun the command to finish)", cmd, err)
-		}
-	}
-	last := groupMembersOf(cm, step.Group)
-	for !cluster.ChainChangeDone(cm, step) {
-		select {
-		case <-ctx.Done():
-			g, _ := cm.Group(uint64(step.Group))
-			return nil, 0, fmt.Errorf("%s: chain group %d is %v (joining %v), not yet %v: %w; is every new node running (kefir server --join)? rerun the command to wait again",
-				cmd, step.Group, g.Members, g.Joining, step.Members, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-		n, err := mv.MetaMap(ctx)
-		if err != nil {
-			continue // a metadata leader change: asked again
-		}
-		cm = n
-		if ms := groupMembersOf(cm, step.Group); !slices.Equal(ms, last) {
-			fmt.Fprintf(stderr, "kefir cluster: chain group %d is %v\n", step.Group, ms)
-			last = ms
-		}
-	}
-	return groupMembersOf(cm, step.Group), cm.Epoch, nil
-}
-
 // placeMembers is add-members --replicas r without --new in a cluster of
 // several groups: the nodes that grow group g of cm to r members, placed
 // on the map's live nodes (cluster.PlaceMembers), or nil once it has them
@@ -1080,12 +963,12 @@ func chainChange(ctx context.Context, cmd string, mv *cluster.Mover, step cluste
 // and others — it grew
 // before the map said so (its leader records it within a second) — the
 // others are the earlier run's choice and are asked for again (the
-// reconfiguration is then a no-op), as placedMembers does for replace-node.
+// reconfiguration is then a no-op), as cluster.NodeChange does for replace-node (placedMembers).
 func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g cluster.GroupID, r int, asJSON bool, stdout, stderr io.Writer) ([]cluster.Member, error) {
 	if g == 0 {
 		return nil, usageError{errors.New("add-members in a cluster of several groups needs --group G (65535: the metadata group)")}
 	}
-	ms := groupMembersOf(cm, g)
+	ms := cluster.GroupMembersOf(cm, g)
 	switch {
 	case len(ms) > r:
 		return nil, fmt.Errorf("add-members: group %d has %d members %v, more than --replicas %d (remove-node shrinks a group); nothing changed", g, len(ms), ms, r)
@@ -1099,13 +982,13 @@ func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g c
 	var ids []uint64
 	if cur, err := mv.GroupConfigOf(ctx, g); err == nil && grownAlready(ms, cur.Members, r) != nil {
 		ids = grownAlready(ms, cur.Members, r)
-		fmt.Fprintf(stderr, "kefir cluster: %s has grown to %v already (the map does not say so yet): recording it\n", groupName(g), cur.Members)
+		fmt.Fprintf(stderr, "kefir cluster: %s has grown to %v already (the map does not say so yet): recording it\n", cluster.GroupName(g), cur.Members)
 	} else {
-		live := liveNodes(ctx, mv, cm, 0)
+		live := cluster.LiveNodes(ctx, mv, cm, 0)
 		if ids, err = cluster.PlaceMembers(cm, g, r, func(id uint64) bool { return live[id] }); err != nil {
 			return nil, fmt.Errorf("add-members: %w; nothing changed", err)
 		}
-		fmt.Fprintf(stderr, "kefir cluster: placing %s's new members on nodes %v\n", groupName(g), ids)
+		fmt.Fprintf(stderr, "kefir cluster: placing %s's new members on nodes %v\n", cluster.GroupName(g), ids)
 		silentNote(stderr, cm, live, "--new")
 	}
 	news := make([]cluster.Member, len(ids))
@@ -1133,75 +1016,4 @@ func grownAlready(ms, cur []uint64, r int) []uint64 {
 		return nil
 	}
 	return slices.DeleteFunc(slices.Clone(cur), func(id uint64) bool { return slices.Contains(ms, id) })
-}
-
-// placedMembers is the members a placed replacement of old asks a group
-// for: the plan's (planned), unless the group's own configuration (cur)
-// no longer has old — a rerun after the group changed but before the map
-// said so, which the plan may place elsewhere — then cur, so the group
-// changes once.
-func placedMembers(planned, cur []uint64, old uint64) []uint64 {
-	if slices.Contains(cur, old) {
-		return planned
-	}
-	return cur
-}
-
-// groupName names group g for the operator.
-func groupName(g cluster.GroupID) string {
-	if g == cluster.MetaGroupID {
-		return "the metadata group"
-	}
-	return fmt.Sprintf("group %d", g)
-}
-
-// placedOn is the node a placed change ch puts in old's place.
-func placedOn(cm *kv.ClusterMap, ch cluster.GroupChange, old uint64) uint64 {
-	if ch.Chain {
-		if len(ch.Join) > 0 {
-			return ch.Join[0]
-		}
-		return 0 // a rerun after the join: old only leaves
-	}
-	was := groupMembersOf(cm, ch.Group)
-	if i := slices.Index(was, old); i >= 0 && i < len(ch.Members) {
-		return ch.Members[i]
-	}
-	return 0
-}
-
-// liveNodes asks every node of cm but old for a PING, at once, each for up
-// to two seconds: the nodes placement may choose.
-func liveNodes(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, old uint64) map[uint64]bool {
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	live := map[uint64]bool{}
-	for _, n := range cm.Nodes {
-		if n.ID == old {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p := &cluster.Mover{Seeds: []string{n.ClientAddr}, Password: mv.Password, TLS: mv.TLS, RetryFor: 2 * time.Second}
-			defer p.Close()
-			if p.Ping(ctx) == nil {
-				mu.Lock()
-				live[n.ID] = true
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	return live
-}
-
-func groupMembersOf(cm *kv.ClusterMap, g cluster.GroupID) []uint64 {
-	if g == cluster.MetaGroupID {
-		return cm.MetaMembers()
-	}
-	if mg, ok := cm.Group(uint64(g)); ok {
-		return mg.Members
-	}
-	return nil
 }

@@ -101,18 +101,6 @@ func TestPlanAddGroupSkipsRemovedIDs(t *testing.T) {
 	}
 }
 
-// A placed replace-node's rerun: a group whose own configuration no longer
-// has the old node keeps the members it has (it changed before the map
-// said so); otherwise the plan's.
-func TestPlacedMembers(t *testing.T) {
-	if got := placedMembers([]uint64{1, 2, 5}, []uint64{1, 2, 4}, 4); !slices.Equal(got, []uint64{1, 2, 5}) {
-		t.Errorf("old still a member: %v, want the plan's", got)
-	}
-	if got := placedMembers([]uint64{1, 2, 5}, []uint64{1, 2, 3}, 4); !slices.Equal(got, []uint64{1, 2, 3}) {
-		t.Errorf("the group changed already: %v, want its own members", got)
-	}
-}
-
 // A placed add-group (no --members): the map's least loaded live nodes,
 // the next id; a rerun after the group is in the map takes it again
 // rather than placing a second group (no member list to compare with: a

@@ -388,6 +388,15 @@ var serverOptions = []option{
 			c.ClockSkew = d
 			return err
 		}},
+	{"repair-after", cluster.DefaultRepairAfter.String(), "A cluster of several groups: the metadata group's leader re-creates, on live nodes of the map, the replicas of a node that has not answered for this long, as kefir cluster replace-node --old N would (docs/cluster.md, Automatic repair). Longer than a restart or an upgrade takes: a repair copies the node's data, and a node that comes back after it retires its replicas. 0 turns automatic repair off. Give every node the same.",
+		func(c *serverConfig, v string) error {
+			d, err := time.ParseDuration(v)
+			if err == nil && d < 0 {
+				err = fmt.Errorf("must not be negative, got %v", d)
+			}
+			c.RepairAfter = d
+			return err
+		}},
 	{"follower-reads", "false", "Replicated mode: followers serve cross-client-monotonic reads while they hold an active-set lease from the leader (docs/consistency.md); durable data is then applied on every active-set member before any read sees it. Without it those reads go to the leader. Give it to every member alike.",
 		func(c *serverConfig, v string) error {
 			b, err := strconv.ParseBool(v)

@@ -87,6 +87,7 @@ type metaState struct {
 	// the long polls held at the leader (WaitMetaMap) wait on it.
 	changed chan struct{}
 	resume  resumer
+	repair  repairer
 }
 
 // smap is the map this node routes by when no hosted table knows better.
@@ -324,13 +325,17 @@ type FollowConfig struct {
 	// Lease is a move driver's lease (default DefaultLease): a move whose
 	// beat has not changed for two of them is taken over.
 	Lease time.Duration
-	Logf  func(format string, args ...any)
+	// RepairAfter is kefir server's --repair-after: at the leader, a node
+	// of the map that hosts replicas and has not answered for it has them
+	// re-created on live nodes (repair.go; 0: no repair).
+	RepairAfter time.Duration
+	Logf        func(format string, args ...any)
 }
 
 // FollowMap follows the metadata group until ctx ends: it reads this node's
 // replica's map every cfg.Every and routes by it when it changes; while
-// this node leads the group, it bootstraps the map and resumes abandoned
-// moves.
+// this node leads the group, it bootstraps the map, resumes abandoned
+// moves and repairs failed nodes (cfg.RepairAfter, repair.go).
 func (m *Multi) FollowMap(ctx context.Context, cfg FollowConfig) {
 	every := cfg.Every
 	if every <= 0 {
@@ -346,6 +351,8 @@ func (m *Multi) FollowMap(ctx context.Context, cfg FollowConfig) {
 		select {
 		case <-ctx.Done():
 			m.meta.resume.wait()
+			m.meta.repair.lost()
+			m.meta.repair.wait()
 			return
 		case <-t.C:
 		}
@@ -362,6 +369,7 @@ func (m *Multi) FollowMap(ctx context.Context, cfg FollowConfig) {
 			cfg.Logf("metadata: %v", err)
 		}
 		if !m.MetaLeads() {
+			m.meta.repair.lost()
 			continue
 		}
 		cm := m.ClusterMap()
@@ -376,6 +384,7 @@ func (m *Multi) FollowMap(ctx context.Context, cfg FollowConfig) {
 		}
 		if cm != nil {
 			m.meta.resume.tick(ctx, m, cm, cfg)
+			m.meta.repair.tick(ctx, cm, cfg)
 		}
 	}
 }

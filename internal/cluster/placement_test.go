@@ -387,3 +387,22 @@ func TestPlacementNamesSilentNodes(t *testing.T) {
 		t.Errorf("every node hosting nothing answers: %v", err)
 	}
 }
+
+// A placed replace-node's rerun: a group whose own configuration no longer
+// has the old node keeps the members it has (it changed before the map
+// said so); otherwise its own members with old replaced by the placed
+// node — the plan's, or, when another member changed since the map was
+// read, that change kept.
+func TestPlacedMembers(t *testing.T) {
+	if got := placedMembers([]uint64{1, 2, 5}, []uint64{1, 2, 4}, 4, 5); !slices.Equal(got, []uint64{1, 2, 5}) {
+		t.Errorf("old still a member: %v, want the plan's", got)
+	}
+	if got := placedMembers([]uint64{1, 2, 5}, []uint64{1, 2, 3}, 4, 5); !slices.Equal(got, []uint64{1, 2, 3}) {
+		t.Errorf("the group changed already: %v, want its own members", got)
+	}
+	// Group [1 3 5], planned [1 4 5] (3 -> 4); meanwhile an operator
+	// replaced 5 by 9: [1 3 9]. The plan would bring 5 back.
+	if got := placedMembers([]uint64{1, 4, 5}, []uint64{1, 3, 9}, 3, 4); !slices.Equal(got, []uint64{1, 4, 9}) {
+		t.Errorf("another member replaced meanwhile: %v, want [1 4 9]", got)
+	}
+}

@@ -203,6 +203,11 @@ type Config struct {
 	// from the leader's; followers decide expiry at their clock plus it
 	// (vrshard.Options.ClockSkew; 0: vrshard.DefaultClockSkew).
 	ClockSkew time.Duration
+	// RepairAfter (a cluster of several groups): the metadata group's
+	// leader re-creates the replicas of a node that has not answered for
+	// this long on live nodes (cluster.FollowConfig.RepairAfter; 0: no
+	// automatic repair; kefir server's default cluster.DefaultRepairAfter).
+	RepairAfter time.Duration
 
 	// NoChainVersionQuery turns off a chain member's version query
 	// (--chain-version-query=false): a strong read of a key with a write in

@@ -2,6 +2,7 @@ package vrshard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	kcluster "github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/sim"
 	"github.com/kefirdb/kefir/internal/vr"
@@ -48,6 +50,25 @@ import (
 // if it forgot the liveness answer); a group's new member is opened on its
 // chosen node, if that node runs. The replication auditor then finds each
 // of N's groups at three members on three distinct nodes, every one up.
+//
+// Repaired (moveOptions.repair, with placed): the same death, and nobody
+// runs a command: the coroutine is the metadata leader's repairer. From
+// the start it reads the map every 100 ms, records each node's answer to
+// a probe (the simulation's PING, live) in the production
+// cluster.RepairWatch on the simulation's clock, and once N has been
+// silent for simRepairAfter runs the watch's plan (PlanReplacePlaced)
+// with the production loop, cluster.NodeChange, as the command does.
+//
+// Every form runs the command's loop, cluster.NodeChange (placedRun,
+// explicitJob): the groups' reconfigurations, SETMEMBERS, the catch-up
+// wait and the placed rerun rule are production's; the simulation only
+// opens each new member where its group's answer names it (joined).
+
+// simRepairAfter is the repairer's --repair-after in the simulation.
+const simRepairAfter = 500 * time.Millisecond
+
+// errRepairNotDue: the repairer's watch has nothing to do yet.
+var errRepairNotDue = errors.New("no repair due")
 
 // drainRun is the operator of a node's drain.
 type drainRun struct {
@@ -57,8 +78,12 @@ type drainRun struct {
 	// the address its new member takes on nw (placed: on the node
 	// placement chose, set when it chose). dead: placed, the spare node
 	// added to the map that never runs.
-	old, nw  int
-	placed   bool
+	old, nw int
+	placed  bool
+	// repair: moveOptions.repair; watch: the repairer's decision (its
+	// coroutine's only).
+	repair   bool
+	watch    kcluster.RepairWatch
 	dead     int
 	spare    map[kcluster.GroupID]int
 	due      bool
@@ -72,7 +97,7 @@ type drainRun struct {
 
 // newDrain prepares the drain of the cluster's last node: a new node and
 // a spare address per group it hosts.
-func newDrain(c *simCluster, placed bool) *drainRun {
+func newDrain(c *simCluster, placed, repair bool) *drainRun {
 	old := c.nodes - 1
 	if placed {
 		// The one before: on cluster.EvenGroups' 9 nodes, node 8, whose
@@ -87,7 +112,9 @@ func newDrain(c *simCluster, placed bool) *drainRun {
 	}
 	first := len(c.node)
 	c.addSpares(len(gs), true)
-	d := &drainRun{cl: c, old: old, nw: c.nodes - 1, spare: map[kcluster.GroupID]int{}, placed: placed, dead: -1}
+	// The repairer watches from the start (its watch must see the node
+	// answer first).
+	d := &drainRun{cl: c, old: old, nw: c.nodes - 1, spare: map[kcluster.GroupID]int{}, placed: placed, repair: repair, due: repair, dead: -1}
 	if placed {
 		if slices.Contains(gs, kcluster.MetaGroupID) {
 			panic("drainRun: a placed drain of a metadata member (a scale cluster's last node is none)")
@@ -144,13 +171,9 @@ func (c *simCluster) live(id uint64) bool {
 // placedJob is kefir cluster replace-node --old N without --new
 // (groupsChange's placed path): the dead spare recorded in the map (it was
 // added, then died: ADDNODE, a no-op once there), the map read, the
-// production placement over the nodes' liveness, and per group: its own
-// configuration read first — if it no longer has N, it changed before the
-// map said so and keeps its members (placedMembers) — else the spare
-// address of the group placed on the chosen node; then the
-// reconfiguration and SETMEMBERS.
+// production placement over the nodes' liveness, and the plan run as the
+// command runs it (placedRun).
 func (d *drainRun) placedJob(ctx context.Context, mv *kcluster.Mover) (any, error) {
-	c, old := d.cl, uint64(d.old+1)
 	if _, err := mv.AddNode(ctx, uint64(d.dead+1), nodeAddr(d.dead), fmt.Sprintf("peer%d", d.dead)); err != nil {
 		return nil, err
 	}
@@ -158,43 +181,65 @@ func (d *drainRun) placedJob(ctx context.Context, mv *kcluster.Mover) (any, erro
 	if err != nil {
 		return nil, err
 	}
-	plan, err := kcluster.PlanReplacePlaced(cm, old, c.live)
+	plan, err := kcluster.PlanReplacePlaced(cm, uint64(d.old+1), d.cl.live)
 	if err != nil {
 		return nil, err
 	}
-	var out []kcluster.GroupConfig
-	for _, ch := range plan {
-		members := ch.Members
-		if cur, err := mv.GroupConfigOf(ctx, ch.Group); err == nil && !slices.Contains(cur.Members, old) {
-			members = cur.Members
-		} else {
-			mg, _ := cm.Group(uint64(ch.Group))
-			on := int(members[slices.Index(mg.Members, old)]) - 1
-			c.node[d.spare[ch.Group]] = on
-			d.log = append(d.log, fmt.Sprintf("%v: group %d's replica of node %d placed on node %d: %v", d.s.Now(), ch.Group, old, on+1, members))
-		}
-		gc, err := d.change(ctx, mv, ch.Group, members)
-		if err != nil {
-			return out, err
-		}
-		out = append(out, gc)
-	}
-	return out, nil
+	return plan, d.placedRun(ctx, mv, cm, plan)
 }
 
-// change is one group's step of replace-node: the group reconfigured to
-// members (nodes) at its leader, the members it answered recorded in the
-// map (SETMEMBERS), and its new member opened (joined).
-func (d *drainRun) change(ctx context.Context, mv *kcluster.Mover, g kcluster.GroupID, members []uint64) (kcluster.GroupConfig, error) {
-	gc, err := mv.ReconfigureGroup(ctx, g, members)
+// repairJob is a round of the metadata leader's repairer: the map, every
+// node's probe (live) recorded in the watch, its decision, and a due
+// plan run as the command runs it (placedRun).
+func (d *drainRun) repairJob(ctx context.Context, mv *kcluster.Mover) (any, error) {
+	cm, err := mv.MetaMap(ctx)
 	if err != nil {
-		return gc, err
+		return nil, err
 	}
-	if _, err := mv.SetMembers(ctx, g, gc.Epoch, gc.Members); err != nil {
-		return gc, err
+	now, old := mv.Clock.Now(), uint64(d.old+1)
+	for _, n := range cm.Nodes {
+		d.watch.Observe(now, n.ID, d.cl.live(n.ID))
 	}
-	d.joined(g, gc)
-	return gc, nil
+	dec, ok, stuck := d.watch.Due(now, cm, simRepairAfter)
+	if !ok && len(stuck) == 0 {
+		return nil, errRepairNotDue
+	}
+	if !ok || dec.Node != old || len(dec.Skipped) > 0 {
+		// A node of the map that is down for a while (a whole-node crash
+		// of the nemesis, every replica down) may be due too; only N
+		// is lost for good, and N's groups never lose a majority.
+		return nil, fmt.Errorf("the repairer's decision: %+v (stuck: %+v), want node %d's groups", dec, stuck, old)
+	}
+	d.log = append(d.log, fmt.Sprintf("%v: the repairer re-creates node %d's replicas", d.s.Now(), old))
+	return dec.Plan, d.placedRun(ctx, mv, cm, dec.Plan)
+}
+
+// placedRun runs a placed plan of N's groups (made against cm) with the
+// command's loop: before it, each group's spare address is put on the node
+// the plan chose for it, unless the group's own configuration no longer
+// has N (it changed before the map said so: the loop then keeps its
+// members, and the spare stays where the earlier run put it).
+func (d *drainRun) placedRun(ctx context.Context, mv *kcluster.Mover, cm *kv.ClusterMap, plan []kcluster.GroupChange) error {
+	c, old := d.cl, uint64(d.old+1)
+	for _, ch := range plan {
+		if cur, err := mv.GroupConfigOf(ctx, ch.Group); err == nil && !slices.Contains(cur.Members, old) {
+			continue
+		}
+		on := int(kcluster.PlacedOn(cm, ch, old)) - 1
+		c.node[d.spare[ch.Group]] = on
+		d.log = append(d.log, fmt.Sprintf("%v: group %d's replica of node %d placed on node %d: %v", d.s.Now(), ch.Group, old, on+1, ch.Members))
+	}
+	return d.nodeChange(mv, true, nil).Run(ctx, cm, plan)
+}
+
+// nodeChange is the command's loop for this drain through mv (placed, or
+// with new nodes), each group's new member opened as its group answers
+// (joined).
+func (d *drainRun) nodeChange(mv *kcluster.Mover, placed bool, news []kcluster.Member) *kcluster.NodeChange {
+	return &kcluster.NodeChange{Cmd: "replace-node", Meta: mv, Old: uint64(d.old + 1), Placed: placed, Leaving: []uint64{uint64(d.old + 1)},
+		NewNodes: news, CatchUp: kcluster.CaughtUpWait, Done: func(sd kcluster.StepDone) {
+			d.joined(kcluster.GroupID(sd.Group), kcluster.GroupConfig{Membership: kcluster.Membership{Epoch: sd.Epoch, Start: sd.Start, Members: sd.Members, Previous: sd.Previous}})
+		}}
 }
 
 func (d *drainRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
@@ -206,32 +251,29 @@ func (d *drainRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
 	for k := range d.cl.seeds {
 		mv.Seeds = append(mv.Seeds, nodeAddr(k))
 	}
-	if d.placed {
+	switch {
+	case d.repair:
+		return mv, d.repairJob
+	case d.placed:
 		return mv, d.placedJob
 	}
-	old, nw := uint64(d.old+1), kcluster.Member{ID: uint64(d.nw + 1), ClientAddr: nodeAddr(d.nw), PeerAddr: fmt.Sprintf("peer%d", d.nw)}
-	return mv, func(ctx context.Context, mv *kcluster.Mover) (any, error) {
-		cm, err := mv.MetaMap(ctx)
-		if err != nil {
-			return nil, err
-		}
-		plan, err := kcluster.PlanNodeChange(cm, old, nw)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := mv.AddNode(ctx, nw.ID, nw.ClientAddr, nw.PeerAddr); err != nil {
-			return nil, err
-		}
-		var out []kcluster.GroupConfig
-		for _, ch := range plan {
-			gc, err := d.change(ctx, mv, ch.Group, ch.Members)
-			if err != nil {
-				return out, err
-			}
-			out = append(out, gc)
-		}
-		return out, nil
+	return mv, d.explicitJob
+}
+
+// explicitJob is kefir cluster replace-node --old N --new M: the map read,
+// the production planner (PlanNodeChange), and the command's loop, which
+// records M (ADDNODE) first.
+func (d *drainRun) explicitJob(ctx context.Context, mv *kcluster.Mover) (any, error) {
+	nw := kcluster.Member{ID: uint64(d.nw + 1), ClientAddr: nodeAddr(d.nw), PeerAddr: fmt.Sprintf("peer%d", d.nw)}
+	cm, err := mv.MetaMap(ctx)
+	if err != nil {
+		return nil, err
 	}
+	plan, err := kcluster.PlanNodeChange(cm, uint64(d.old+1), nw)
+	if err != nil {
+		return nil, err
+	}
+	return plan, d.nodeChange(mv, false, []kcluster.Member{nw}).Run(ctx, cm, plan)
 }
 
 // joined records group g's configuration gc (its members as the map now
@@ -278,6 +320,10 @@ func (d *drainRun) afterStep(string) bool   { return false }
 
 func (d *drainRun) done(now time.Duration, _ any, err error) {
 	d.running = false
+	if errors.Is(err, errRepairNotDue) {
+		d.nextAt = now + 100*time.Millisecond // the repairer's next round
+		return
+	}
 	if err != nil {
 		d.reruns++
 		d.lastErr = err
@@ -317,6 +363,8 @@ func TestMoveSimPlaced(t *testing.T) {
 	}{
 		{"faults", moveOptions{meta: true, drain: true, placed: true, scale: sc(), faults: true, leaderCrashes: true, moverDeaths: true}},
 		{"powercuts", moveOptions{meta: true, drain: true, placed: true, scale: sc(), powerCuts: true, leaderCrashes: true, moverDeaths: true}},
+		// Nobody runs the command: the metadata leader's repairer does.
+		{"repair", moveOptions{meta: true, drain: true, placed: true, repair: true, scale: sc(), faults: true, leaderCrashes: true, moverDeaths: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sim.Explore(t, 1, seeds, func(seed uint64, trace io.Writer) error {

@@ -971,6 +971,10 @@ type moveOptions struct {
 	// PlaceIgnoresMembers on (tests with the mutations tag only).
 	placed                                bool
 	placeIgnoresLive, placeIgnoresMembers bool
+	// repair (with placed): nobody runs replace-node; the metadata
+	// leader's repairer (cluster.RepairWatch, then the command's loop)
+	// re-creates the dead node's groups (drain_sim_test.go).
+	repair bool
 	// groupOps: an operator runs kefir cluster rebalance, then
 	// remove-group of group 1, through the production planners and
 	// Rebalancer (groupop_sim_test.go; with meta, three groups); the main
@@ -1431,7 +1435,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		}
 	}()
 	if o.drain {
-		drain = newDrain(cl, o.placed)
+		drain = newDrain(cl, o.placed, o.repair)
 		drainer = &moverNode{run: drain, cl: cl}
 		movers++
 	}
@@ -1717,7 +1721,11 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		}
 		if drain != nil {
 			if drain.placed {
-				*summary += fmt.Sprintf("; node %d's groups placed on the cluster's nodes: %t (%d groups on nodes %v, %d reruns of the command)", drain.old+1, drain.finished, len(drain.spare), drain.placedOn(), drain.reruns)
+				by := "command"
+				if drain.repair {
+					by = "repairer's round"
+				}
+				*summary += fmt.Sprintf("; node %d's groups placed on the cluster's nodes: %t (%d groups on nodes %v, %d reruns of the %s)", drain.old+1, drain.finished, len(drain.spare), drain.placedOn(), drain.reruns, by)
 			} else {
 				*summary += fmt.Sprintf("; node %d drained to node %d: %t (%d groups, %d reruns of the command)", drain.old+1, drain.nw+1, drain.finished, len(drain.spare), drain.reruns)
 			}
@@ -1816,6 +1824,9 @@ func TestMoveSimReplaysExactly(t *testing.T) {
 		// mover (seed 3), and a drain: four coroutines.
 		{3, moveOptions{meta: true, faults: true, leaderCrashes: true, moverDeaths: true, replace: 1}},
 		{2, moveOptions{meta: true, drain: true, scale: &moveScale{nodes: 9, groups: 12, keys: 8, clients: 6, ops: 60}, faults: true, leaderCrashes: true, moverDeaths: true}},
+		// A dead node repaired by the metadata leader's repairer (its watch
+		// on the simulation's clock).
+		{1, moveOptions{meta: true, drain: true, placed: true, repair: true, scale: &moveScale{nodes: 9, groups: 12, keys: 8, clients: 6, ops: 60}, faults: true, leaderCrashes: true, moverDeaths: true}},
 		// Rebalance and remove-group (seed 6: the operator dies and the
 		// resumer takes its move over), and groups of five shrinking to
 		// three beside the mover.

@@ -30,16 +30,7 @@ import (
 func TestGroupsReplaceAFailedNodeOnTheClustersNodes(t *testing.T) {
 	g := cluster.StartGroups(t, 4, node4Groups)
 	g.WaitLeaders(20 * time.Second)
-	keys := keysOfTwoGroups("p")
-	live := g.Addrs()[:3]
-	var cut atomic.Bool
-	var afterCut [2]atomic.Int64
-	load := startGroupLoad(t, live, keys, func(k string) {
-		if cut.Load() {
-			afterCut[min(kv.KeySlot([]byte(k))/8192, 1)].Add(1)
-		}
-	})
-	time.Sleep(500 * time.Millisecond)
+	l := startNode4Load(t, g, "p")
 	g.Nodes[3].Kill()
 
 	addr := "--addr=" + g.Nodes[0].ClientAddr + "," + g.Nodes[1].ClientAddr
@@ -53,12 +44,54 @@ func TestGroupsReplaceAFailedNodeOnTheClustersNodes(t *testing.T) {
 			t.Fatalf("replace-node --old 4 did not say %q:\n%s", w, out)
 		}
 	}
-	cut.Store(true)
+	cm := l.checkReplaced(t, g, 20*time.Second)
+	e1 := cm.Epoch
+	if out, err := kefirCluster(t, "replace-node", addr, "--old", "4"); err != nil || !strings.Contains(out, "nothing left to do") {
+		t.Fatalf("replace-node --old 4 again: %v\n%s", err, out)
+	}
+	if cm := localMap(g.Nodes[0].ClientAddr); cm == nil || cm.Epoch != e1 {
+		t.Fatalf("a rerun moved the map from epoch %d: %+v", e1, cm)
+	}
+}
+
+// node4Load is a checked workload on node4Groups' cluster at its nodes
+// 1-3 (live), counting the writes acknowledged in each group after cut.
+type node4Load struct {
+	live     []string
+	load     *groupLoad
+	cut      atomic.Bool
+	afterCut [2]atomic.Int64
+}
+
+// startNode4Load starts it on keys of both groups (prefix) and lets it run
+// half a second.
+func startNode4Load(t *testing.T, g *cluster.Groups, prefix string) *node4Load {
+	l := &node4Load{live: g.Addrs()[:3]}
+	l.load = startGroupLoad(t, l.live, keysOfTwoGroups(prefix), func(k string) {
+		if l.cut.Load() {
+			l.afterCut[min(kv.KeySlot([]byte(k))/8192, 1)].Add(1)
+		}
+	})
+	time.Sleep(500 * time.Millisecond)
+	return l
+}
+
+// checkReplaced checks the cluster once node 4's replicas went to the
+// other nodes (replace-node --old 4, or the repairer): from now on, each
+// group is at epoch 1 with members {1, 2, 3} at every live node (within
+// wait) and in node 1's map, writes are acknowledged in both groups, every
+// acknowledged write reads back at every live node, and the history is
+// linearizable. It stops the load and returns node 1's map.
+func (l *node4Load) checkReplaced(t *testing.T, g *cluster.Groups, wait time.Duration) *kv.ClusterMap {
+	live, load, afterCut := l.live, l.load, &l.afterCut
+	t.Helper()
+	var err error
+	l.cut.Store(true)
 	want := map[int][]uint64{1: {1, 2, 3}, 2: {1, 2, 3}}
 	for gi := 1; gi <= 2; gi++ {
 		for _, n := range g.Nodes[:3] {
 			var c kcluster.GroupConfig
-			if !testgroup.Until(20*time.Second, 50*time.Millisecond, func() bool {
+			if !testgroup.Until(wait, 50*time.Millisecond, func() bool {
 				c, err = groupConfigOf(t, n.ClientAddr, gi)
 				return err == nil && c.Epoch == 1
 			}) || !slices.Equal(sortedIDs(c.Members), want[gi]) {
@@ -94,13 +127,7 @@ func TestGroupsReplaceAFailedNodeOnTheClustersNodes(t *testing.T) {
 		readBack(t, a, acked)
 	}
 	load.CheckLinearizable(t)
-	e1 := cm.Epoch
-	if out, err := kefirCluster(t, "replace-node", addr, "--old", "4"); err != nil || !strings.Contains(out, "nothing left to do") {
-		t.Fatalf("replace-node --old 4 again: %v\n%s", err, out)
-	}
-	if cm := localMap(g.Nodes[0].ClientAddr); cm == nil || cm.Epoch != e1 {
-		t.Fatalf("a rerun moved the map from epoch %d: %+v", e1, cm)
-	}
+	return cm
 }
 
 // Placement of a new group and of a group's new members (docs/cluster.md,

@@ -1,0 +1,263 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
+)
+
+func repairMap(groups ...kv.MapGroup) *kv.ClusterMap {
+	cm := &kv.ClusterMap{Epoch: 3, Groups: groups}
+	ids := map[uint64]bool{}
+	for _, g := range groups {
+		for _, id := range g.Members {
+			ids[id] = true
+		}
+	}
+	for id := uint64(1); ids[id]; id++ {
+		cm.Nodes = append(cm.Nodes, kv.MapNode{ID: id, ClientAddr: "c", PeerAddr: "p"})
+	}
+	return cm
+}
+
+// probe records a probe round at t: every node of cm answers but down.
+func probe(w *RepairWatch, t time.Time, cm *kv.ClusterMap, down ...uint64) {
+	for _, n := range cm.Nodes {
+		w.Observe(t, n.ID, !slices.Contains(down, n.ID))
+	}
+}
+
+func sameChanges(a, b []GroupChange) bool {
+	return slices.EqualFunc(a, b, func(x, y GroupChange) bool { return x.Group == y.Group && slices.Equal(x.Members, y.Members) })
+}
+
+// checkRepairAfter is the repairer's "who is dead, and when" on the
+// e2e's cluster (4 nodes, group 1 [1 2 4], group 2 [4 3 1], the metadata
+// group on 1-3), with an injected clock: node 4 stops answering at 1 s;
+// it is due exactly --repair-after (5 s) after it last answered, not
+// before; a node that answers in between starts its wait again; nothing is
+// due while a move is in flight, for a node whose repair just failed, or
+// with repair off.
+func checkRepairAfter() error {
+	const after = 5 * time.Second
+	cm := repairMap(kv.MapGroup{ID: 1, Members: []uint64{1, 2, 4}}, kv.MapGroup{ID: 2, Members: []uint64{4, 3, 1}})
+	t0 := time.Unix(1000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	var w RepairWatch
+	if _, ok, _ := w.Due(t0, cm, after); ok {
+		return errors.New("due at the watch's start")
+	}
+	probe(&w, at(0), cm)
+	for s := time.Second; s < after; s += 500 * time.Millisecond {
+		probe(&w, at(s), cm, 4)
+		if d, ok, _ := w.Due(at(s), cm, after); ok {
+			return fmt.Errorf("node %d due %v after node 4 last answered (--repair-after %v)", d.Node, s, after)
+		}
+	}
+	probe(&w, at(after), cm, 4)
+	d, ok, stuck := w.Due(at(after), cm, after) // last answered at 0
+	if !ok || d.Node != 4 || len(stuck) != 0 || len(d.Skipped) != 0 {
+		return fmt.Errorf("node 4 not due --repair-after after it last answered: %+v %v %+v", d, ok, stuck)
+	}
+	// Each group takes the live node not in it, as replace-node --old 4
+	// does (TestGroupsReplaceAFailedNodeOnTheClustersNodes).
+	if want := []GroupChange{{Group: 1, Members: []uint64{1, 2, 3}}, {Group: 2, Members: []uint64{2, 3, 1}}}; !sameChanges(d.Plan, want) {
+		return fmt.Errorf("node 4's plan %+v, want %+v", d.Plan, want)
+	}
+	if _, ok, _ := w.Due(at(after), cm, 0); ok {
+		return errors.New("due with repair off (--repair-after 0)")
+	}
+	moving := *cm
+	moving.Moves = []kv.MapMove{{From: 1, To: 2, Epoch: 9}}
+	if _, ok, _ := w.Due(at(after), &moving, after); ok {
+		return errors.New("due while a move is in flight")
+	}
+	w.Failed(at(after), 4, after)
+	if _, ok, _ := w.Due(at(after+time.Second), cm, after); ok {
+		return errors.New("due again a second after its repair failed")
+	}
+	if _, ok, _ := w.Due(at(2*after), cm, after); !ok {
+		return errors.New("not tried again --repair-after after its repair failed")
+	}
+	// Node 4 answers at 7 s, then not: due at 12 s, not 11.
+	probe(&w, at(7*time.Second), cm)
+	probe(&w, at(8*time.Second), cm, 4)
+	if _, ok, _ := w.Due(at(11*time.Second), cm, after); ok {
+		return errors.New("due 4 s after node 4 answered again")
+	}
+	if d, ok, _ := w.Due(at(12*time.Second), cm, after); !ok || d.Node != 4 {
+		return fmt.Errorf("node 4 not due 5 s after it answered again: %+v %v", d, ok)
+	}
+	// A new leader's watch: nothing before a whole --repair-after of its
+	// own, whatever the last one saw.
+	w.Reset()
+	if _, ok, _ := w.Due(at(13*time.Second), cm, after); ok {
+		return errors.New("due at a new watch's start")
+	}
+	probe(&w, at(13*time.Second), cm, 4)
+	if _, ok, _ := w.Due(at(17*time.Second), cm, after); ok {
+		return errors.New("due 4 s into a new watch")
+	}
+	return nil
+}
+
+// checkRepairQuorum: a group a majority of whose members do not answer is
+// never planned — VR reconfigures a group only through its current
+// epoch's quorum, so the change could not commit (and picking a member's
+// replacement then would lose the only knowledge of what the group
+// committed): it is skipped and reported, the node's other groups are
+// repaired; a node every group of which is so is reported and not due.
+func checkRepairQuorum() error {
+	const after = time.Second
+	t0 := time.Unix(1000, 0)
+	// Nodes 2 and 4 dead: group 1 [1 2 4] has lost its majority, group 2
+	// [3 4 5] and the metadata group [1 2 3] have not.
+	cm := repairMap(kv.MapGroup{ID: 1, Members: []uint64{1, 2, 4}}, kv.MapGroup{ID: 2, Members: []uint64{3, 4, 5}})
+	var w RepairWatch
+	probe(&w, t0, cm, 2, 4)
+	d, ok, _ := w.Due(t0.Add(after), cm, after)
+	if !ok || d.Node != 2 {
+		return fmt.Errorf("node 2 not due: %+v %v", d, ok)
+	}
+	if len(d.Skipped) != 1 || d.Skipped[0].Group != 1 || !slices.Equal(d.Skipped[0].Down, []uint64{2, 4}) {
+		return fmt.Errorf("node 2's group 1 (2 of 3 members down) not skipped: %+v", d)
+	}
+	if want := []GroupChange{{Group: MetaGroupID, Members: []uint64{1, 5, 3}}}; !sameChanges(d.Plan, want) {
+		return fmt.Errorf("node 2's plan %+v, want %+v (the metadata group only)", d.Plan, want)
+	}
+	// Nodes 2 and 3 dead, every group of each has lost its majority:
+	// nothing due, both reported.
+	cm = repairMap(kv.MapGroup{ID: 1, Members: []uint64{1, 2, 3}}, kv.MapGroup{ID: 2, Members: []uint64{2, 3, 4}})
+	w = RepairWatch{}
+	probe(&w, t0, cm, 2, 3)
+	d, ok, stuck := w.Due(t0.Add(after), cm, after)
+	if ok {
+		return fmt.Errorf("node %d due with every group of it short of a quorum: %+v", d.Node, d)
+	}
+	if len(stuck) != 2 || stuck[0].Node != 2 || len(stuck[0].Skipped) != 3 || stuck[0].Err != nil {
+		return fmt.Errorf("nodes 2 and 3 not reported as skipped: %+v", stuck)
+	}
+	return nil
+}
+
+// checkRepairerOneAtATime: the leader's repairer runs one repair at a
+// time however many ticks find it due, and losing the leadership cancels
+// the one in hand and forgets the watch (the next leader starts afresh).
+// The cluster is stood in for (exec): the decision is the watch's.
+func checkRepairerOneAtATime() error {
+	cm := repairMap(kv.MapGroup{ID: 1, Members: []uint64{1, 2, 4}}, kv.MapGroup{ID: 2, Members: []uint64{4, 3, 1}})
+	var r repairer
+	var mu sync.Mutex
+	running, most := 0, 0
+	started := make(chan uint64, 8)
+	// release ends every repair still running when the check fails (with
+	// two at once, lost cancels only the one it knows).
+	release := make(chan struct{})
+	r.exec = func(ctx context.Context, _ *kv.ClusterMap, _ FollowConfig, d RepairDecision, _ func(string, ...any)) error {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		started <- d.Node
+		select { // until the leadership is lost
+		case <-ctx.Done():
+		case <-release:
+		}
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return ctx.Err()
+	}
+	// Node 4 silent for an hour; a probe round is under way (none starts).
+	now := time.Now()
+	probe(&r.watch, now.Add(-time.Hour), cm)
+	probe(&r.watch, now, cm, 4)
+	r.probing = true
+	cfg := FollowConfig{RepairAfter: time.Minute}
+	for range 3 {
+		r.tick(context.Background(), cm, cfg)
+	}
+	select {
+	case n := <-started:
+		if n != 4 {
+			return fmt.Errorf("repairing node %d, want 4", n)
+		}
+	case <-time.After(5 * time.Second):
+		return errors.New("no repair started")
+	}
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	n := most
+	mu.Unlock()
+	if n != 1 {
+		close(release)
+		r.lost()
+		r.wait()
+		return fmt.Errorf("%d repairs ran at once", n)
+	}
+	r.lost()
+	waited := make(chan struct{})
+	go func() { r.wait(); close(waited) }()
+	select {
+	case <-waited: // the repair in hand returned: cancelled
+	case <-time.After(5 * time.Second):
+		close(release)
+		<-waited
+		return errors.New("the repair in hand was not cancelled when the leadership was lost")
+	}
+	r.tick(context.Background(), cm, cfg)
+	select {
+	case <-started:
+		close(release)
+		r.lost()
+		r.wait()
+		return errors.New("a repair started right after the leadership was lost and found again (the watch was not forgotten)")
+	case <-time.After(50 * time.Millisecond):
+	}
+	return nil
+}
+
+func TestRepairerOneAtATime(t *testing.T) {
+	if err := checkRepairerOneAtATime(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRepairWatch(t *testing.T) {
+	if err := checkRepairAfter(); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkRepairQuorum(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Each deliberate bug of the decision is caught by its check.
+func TestRepairWatchMutationsCaught(t *testing.T) {
+	mutation.Require(t)
+	for _, c := range []struct {
+		name  string
+		set   *bool
+		check func() error
+	}{
+		{"IgnoresAfter", &RepairMut.IgnoresAfter, checkRepairAfter},
+		{"IgnoresQuorum", &RepairMut.IgnoresQuorum, checkRepairQuorum},
+		{"Concurrent", &RepairMut.Concurrent, checkRepairerOneAtATime},
+	} {
+		*c.set = true
+		err := c.check()
+		*c.set = false
+		if err == nil {
+			t.Errorf("mutation %s not caught", c.name)
+		} else {
+			t.Logf("mutation %s caught: %v", c.name, err)
+		}
+	}
+}
