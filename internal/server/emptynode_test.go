@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -132,5 +135,76 @@ func TestEmptyNodeStaysUp(t *testing.T) {
 	do(n4(), `"x"`, "GET", k)
 	if st, ok := n4().multi.GroupState(3); !ok || !st.IsLeader {
 		t.Fatalf("node 4's replica of group 3: %+v %v", st, ok)
+	}
+}
+
+// A node whose every group took it out (VR retired each replica; no
+// removal) and that hosts no metadata replica retired as a whole, even
+// when its own record is missing (a crash between the last group's
+// record and the node's, retireReplica): a restart refuses, as before
+// empty nodes existed, rather than bringing a replaced node back as an
+// empty one that placement would choose first. A node emptied by a
+// removal starts empty.
+func TestEmptyNodeRestartAfterRetirement(t *testing.T) {
+	cfgs := groupsConfigs(t, 4, []cluster.GroupSpec{
+		{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 16383}}},
+		{ID: 2, Members: []uint64{4}},
+	})
+	cfg := cfgs[3]
+	record := func(removedAt uint64) {
+		t.Helper()
+		dir := groupDir(cfg.DataDir, 2)
+		b, _ := json.Marshal(retiredRecord{Cluster: cfg.ClusterID, Replica: 4, Epoch: 2, Members: []uint64{5}, RemovedAt: removedAt})
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, retiredFile), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record(0)
+	if s, err := startNode(cfg); !errors.Is(err, ErrRetired) {
+		if err == nil {
+			s.Close()
+		}
+		t.Fatalf("node 4, whose only group retired it (no node record): %v, want ErrRetired", err)
+	}
+	record(7)
+	s := startConfig(t, cfg)
+	if len(s.multi.Hosted()) != 0 || !s.emptiedByRemoval {
+		t.Fatalf("node 4, whose only group was removed: hosts %+v, emptied by removal %v", s.multi.Hosted(), s.emptiedByRemoval)
+	}
+}
+
+// An empty node's metadata replica retires: the node retires as a whole
+// if no removal emptied it (its last data replica VR-retired before a
+// restart that opened it with its metadata replica only), and stays up if
+// one did.
+func TestEmptyNodeMetaRetires(t *testing.T) {
+	for _, removal := range []bool{false, true} {
+		dir := t.TempDir()
+		slots, err := cluster.NewSlotMap(1, []cluster.GroupSpec{{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 16383}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := cluster.NewMulti(slots, 4, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &Server{cfg: Config{ReplicaID: 4, ClusterID: 42, DataDir: dir}, log: slog.New(slog.DiscardHandler), multi: m,
+			emptiedByRemoval: removal, groups: &groupsState{retired: make(chan struct{})}}
+		if err := os.MkdirAll(groupDir(dir, cluster.MetaGroupID), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		lg := cluster.LocalGroup{Spec: cluster.GroupSpec{ID: cluster.MetaGroupID},
+			Hosted: cluster.Hosted{Group: retiredGroup{m: cluster.Membership{Epoch: 3, Members: []uint64{1, 2, 3}}}}}
+		gone := s.retireMeta(lg)
+		_, statErr := os.Stat(filepath.Join(dir, retiredFile))
+		if removal && (gone || statErr == nil) {
+			t.Errorf("a node emptied by a removal retired as a whole when its metadata replica retired")
+		}
+		if !removal && (!gone || statErr != nil || !errors.Is(s.RetiredErr(), ErrRetired)) {
+			t.Errorf("a node whose groups all retired it stays up once its metadata replica retired too: gone %v, record %v, err %v", gone, statErr, s.RetiredErr())
+		}
 	}
 }

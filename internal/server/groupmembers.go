@@ -674,6 +674,14 @@ func (s *Server) retireReplica(lg cluster.LocalGroup, m cluster.Membership, remo
 		gs.mu.Unlock()
 		return false
 	}
+	return s.retireNode(r, id)
+}
+
+// retireNode records that the node retired as a whole (r: the record of
+// its last replica to retire, of group id) and stops it: every group took
+// it out.
+func (s *Server) retireNode(r retiredRecord, id cluster.GroupID) bool {
+	gs := s.groups
 	gs.once.Do(func() {
 		if s.cfg.FS == nil {
 			b, _ := json.Marshal(r)
@@ -682,7 +690,7 @@ func (s *Server) retireReplica(lg cluster.LocalGroup, m cluster.Membership, remo
 			}
 		}
 		gs.retErr = fmt.Errorf("%w: replica %d left every group it hosted (cluster %d; the last, group %d, at epoch %d with members %v). %s is kept as it was and the node does not rejoin; to make this machine a node again wipe --dir and start it as a new one (kefir server --join, then kefir cluster replace-node)",
-			ErrRetired, s.cfg.ReplicaID, s.cfg.ClusterID, id, m.Epoch, m.Members, s.cfg.DataDir)
+			ErrRetired, s.cfg.ReplicaID, s.cfg.ClusterID, id, r.Epoch, r.Members, s.cfg.DataDir)
 		s.log.Warn("every replica of this node retired: stopping", "group", uint64(id))
 		close(gs.retired)
 	})
@@ -698,6 +706,7 @@ func (s *Server) noteEmpty(removedAt uint64) {
 	if len(s.multi.Hosted()) > 0 {
 		return
 	}
+	s.emptiedByRemoval = true
 	s.log.Warn("this node hosts no group now (its last was removed from the cluster map): it stays up, empty, serving and following the map, until the map names it in a group again", "map_epoch", removedAt, "metadata_replica", s.multi.HostsMeta())
 }
 
@@ -725,7 +734,13 @@ func (s *Server) retireMeta(lg cluster.LocalGroup) bool {
 	s.log.Warn("this node's replica of the metadata group retired: the group no longer has it as a member; following the map by polling", "epoch", m.Epoch, "members", m.Members)
 	hosted := s.multi.Hosted()
 	if len(hosted) == 0 {
-		return false // an empty node (its groups were removed) stays up
+		if s.emptiedByRemoval {
+			return false // an empty node (its groups were removed) stays up
+		}
+		// Its last data replica retired (VR) before a restart, which
+		// opened the node with its metadata replica only: with that gone
+		// too, every group took the node out, as when it had stayed up.
+		return s.retireNode(retiredRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, Epoch: m.Epoch, Members: m.Members}, cluster.MetaGroupID)
 	}
 	for _, lg := range hosted {
 		if !lg.Hosted.Group.State().Retired {

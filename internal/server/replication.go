@@ -217,6 +217,9 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 	}()
 	tr.AdmitConfigs(admitRule(cfg.Members, cfg.joinedGroups)) // groupmembers.go
 	opened := map[cluster.GroupID]bool{}
+	// removed: some group this node had was removed from the map (its
+	// record says so): a node left with no group by that stays a node.
+	removed := false
 	// openJoined opens a group this node joined as a new member
 	// (groupmembers.go: its directory's joinFile), unless it retired since.
 	openJoined := func(id cluster.GroupID) (bool, error) {
@@ -224,6 +227,9 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 		if cfg.FS == nil {
 			if err := CheckRetired(dir); err != nil {
 				s.log.Info("not opening a group this node's replica retired from", "group", uint64(id), "err", err)
+				if r, ok, _ := readRetired(dir); ok && r.RemovedAt > 0 {
+					removed = true
+				}
 				deleteRemovedData(dir, s.log)
 				opened[id] = true
 				return true, nil
@@ -279,7 +285,8 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 		// Every group it had is gone and the node did not retire as a
 		// whole (CheckRetired above): its groups were removed from the
 		// map (kefir cluster remove-group) and it stayed up, empty
-		// (retireGroup). It comes back so, serving by forwarding until
+		// (retireGroup), or it hosts a metadata replica (checked once
+		// openMeta ran). It comes back so, serving by forwarding until
 		// the map names it in a group; its handle is an empty engine in
 		// memory, which nothing writes.
 		if engine, err = s.openEmptyEngine(); err != nil {
@@ -296,6 +303,14 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 	if err := s.openMeta(m, slots, byID, tr); err != nil {
 		return cluster.Hosted{}, err
 	}
+	if len(locals) == 0 && !removed && !m.HostsMeta() {
+		// Every group took it out (VR retired each replica) and it has
+		// no metadata replica: it retired as a whole, even if the node's
+		// own record (written after the last group's, retireReplica) is
+		// missing — a crash between the two writes, or that write failed.
+		return cluster.Hosted{}, fmt.Errorf("%w: node %d hosts no replica of any group: every one it had retired, none was removed from the map, and it hosts no metadata replica (%s)", ErrRetired, cfg.ReplicaID, cfg.DataDir)
+	}
+	s.emptiedByRemoval = removed
 	s.multi = m
 	return cluster.Hosted{Replica: m, Group: m, Engine: engine, Transport: tr}, nil
 }

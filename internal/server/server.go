@@ -58,6 +58,12 @@ type Server struct {
 	// emptyDB is db at a node that started with no group (openGroups: an
 	// empty engine in memory), closed at Shutdown.
 	emptyDB *storage.DB
+	// emptiedByRemoval: a group of this node was removed from the map
+	// and that left it with no data group (noteEmpty, or openGroups found
+	// such a record), so it stays up, empty, also once its metadata
+	// replica retires (retireMeta). Set by openGroups before the groups'
+	// watcher starts, then only by the watcher.
+	emptiedByRemoval bool
 	// scripts is the node's script cache (SCRIPT LOAD, EVALSHA: script.go).
 	scripts scriptCache
 	// shard is reached only through the Replica interface, so a replicated shard
