@@ -219,7 +219,8 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 	opened := map[cluster.GroupID]bool{}
 	// removed: some group this node had was removed from the map (its
 	// record says so): a node left with no group by that stays a node.
-	removed := false
+	// retired: some group this node had took it out (any record).
+	removed, retired := false, false
 	// openJoined opens a group this node joined as a new member
 	// (groupmembers.go: its directory's joinFile), unless it retired since.
 	openJoined := func(id cluster.GroupID) (bool, error) {
@@ -227,6 +228,7 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 		if cfg.FS == nil {
 			if err := CheckRetired(dir); err != nil {
 				s.log.Info("not opening a group this node's replica retired from", "group", uint64(id), "err", err)
+				retired = true
 				if r, ok, _ := readRetired(dir); ok && r.RemovedAt > 0 {
 					removed = true
 				}
@@ -292,7 +294,7 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 		if engine, err = s.openEmptyEngine(); err != nil {
 			return cluster.Hosted{}, err
 		}
-		s.log.Warn("this node hosts no group (every one it had was removed or retired it): starting empty, serving and following the map", "dir", cfg.DataDir)
+		s.log.Warn("this node hosts no group (none placed on it yet, or every one it had was removed or retired it): starting empty, serving and following the map", "dir", cfg.DataDir)
 	}
 	m, err := cluster.NewMulti(slots, cfg.ReplicaID, cfg.Members, locals)
 	if err != nil {
@@ -303,11 +305,13 @@ func (s *Server) openGroups() (_ cluster.Hosted, err error) {
 	if err := s.openMeta(m, slots, byID, tr); err != nil {
 		return cluster.Hosted{}, err
 	}
-	if len(locals) == 0 && !removed && !m.HostsMeta() {
+	if len(locals) == 0 && retired && !removed && !m.HostsMeta() {
 		// Every group took it out (VR retired each replica) and it has
 		// no metadata replica: it retired as a whole, even if the node's
 		// own record (written after the last group's, retireReplica) is
 		// missing — a crash between the two writes, or that write failed.
+		// (A node that never had a group — it joined the map and waits
+		// for one, as kefir up's added nodes do — starts empty.)
 		return cluster.Hosted{}, fmt.Errorf("%w: node %d hosts no replica of any group: every one it had retired, none was removed from the map, and it hosts no metadata replica (%s)", ErrRetired, cfg.ReplicaID, cfg.DataDir)
 	}
 	s.emptiedByRemoval = removed

@@ -38,6 +38,16 @@ func TestUpGrowsAClusterOfGroups(t *testing.T) {
 	if out, err := kefirCluster(t, "status", "--addr", a.client[0]); err != nil || !strings.Contains(out, fmt.Sprintf("4  client %s", a.client[3])) {
 		t.Fatalf("cluster status does not list n4: %v\n%s", err, out)
 	}
+	// Restarted before any group is placed on it: it comes back empty,
+	// serving (a node that never had a group is not a retired one).
+	u.stop(t)
+	u = startUp(t, "--dir", dir, "--base-port", strconv.Itoa(base), "--nodes", "4", "--groups", "2")
+	if strings.Contains(u.banner, "Added to the cluster") {
+		t.Fatalf("a restart says it added nodes:\n%s", u.banner)
+	}
+	if v, err := cluster.Command(a.client[3], "GET", "before"); err != nil || string(v.Str) != "grown" {
+		t.Fatalf("GET through n4 restarted empty: %+v %v\n%s", v, err, u.Logs())
+	}
 	// A group placed on it, given slots, serves their keys.
 	if out, err := kefirCluster(t, "add-group", "--addr", a.client[0], "--members", "4,1,2"); err != nil {
 		t.Fatalf("add-group on n4: %v\n%s", err, out)
