@@ -81,14 +81,23 @@ func TestGroupsRemoveAGroup(t *testing.T) {
 	}
 	// The map's op itself, at the metadata leader (the command checks
 	// first; the map refuses on its own too).
+	// removeInMap asks the metadata group itself, following its leader,
+	// and asks again while it has none (a view change under the box's
+	// load: "UNAVAILABLE no leader"), for up to 20 s.
 	removeInMap := func(epoch uint64) (resp.Value, error) {
 		a := live[0]
-		for range 3 {
+		deadline := time.Now().Add(20 * time.Second)
+		for redirects := 0; redirects < 3; {
 			v, err := cluster.Command(a, "KEFIR.SLOTS", "META", "REMOVEGROUP", "2", strconv.FormatUint(epoch, 10))
+			if err == nil && v.Kind == resp.Error && strings.HasPrefix(string(v.Str), "UNAVAILABLE") && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
 			if err != nil || v.Kind != resp.Error || !strings.HasPrefix(string(v.Str), "MOVED ") {
 				return v, err
 			}
 			a = strings.TrimPrefix(string(v.Str), "MOVED ")
+			redirects++
 		}
 		return resp.Value{}, fmt.Errorf("redirected too often")
 	}
