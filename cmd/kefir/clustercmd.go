@@ -941,6 +941,20 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 	if err := nc.Run(ctx, cm, plan); err != nil {
 		return err
 	}
+	if cmd == "remove-node" {
+		// Out of every group: out of the map too, and each node, seeing
+		// a map without itself, retires. A chain's master may still be
+		// taking it out of the chain: then it stays in the map, said so.
+		for _, id := range removed {
+			epoch, err := mv.RemoveNode(ctx, id)
+			switch {
+			case err != nil:
+				fmt.Fprintf(stderr, "kefir cluster: node %d stays in the map's node list for now (%v): run remove-node --id %d again later\n", id, err, id)
+			case !asJSON:
+				fmt.Fprintf(stdout, "node %d is out of the map at epoch %d: it retires\n", id, epoch)
+			}
+		}
+	}
 	if asJSON {
 		return json.NewEncoder(stdout).Encode(out)
 	}
@@ -948,7 +962,7 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 		_, err := fmt.Fprintf(stdout, "group %d already has those members: nothing left to do\n", only)
 		return err
 	}
-	if len(plan) == 0 {
+	if len(plan) == 0 && cmd != "remove-node" {
 		_, err := fmt.Fprintf(stdout, "node %d is in no group any more: nothing left to do\n", old)
 		return err
 	}

@@ -680,10 +680,11 @@ func mapGroups(cm *kv.ClusterMap) []kv.MapGroup {
 
 // PlanRemoveNodes returns, for a cluster of several groups whose map is cm,
 // the groups to reconfigure to remove nodes ids, in group order, or an
-// error before anything changes: an id not a node of the map, none of them
-// in a group, or a group left with an even or empty number of members
-// (removing one node of a group of 2f+1 always does: replace it instead,
-// or remove two of a group of five). A rerun plans what is left.
+// error before anything changes: an id not a node of the map, or a group
+// left with an even or empty number of members (removing one node of a
+// group of 2f+1 always does: replace it instead, or remove two of a group
+// of five). A rerun plans what is left; none (nodes in no group) leaves
+// taking them out of the map (Mover.RemoveNode) to the caller.
 func PlanRemoveNodes(cm *kv.ClusterMap, ids []uint64) ([]GroupChange, error) {
 	for _, id := range ids {
 		if !slices.ContainsFunc(cm.Nodes, func(n kv.MapNode) bool { return n.ID == id }) {
@@ -714,9 +715,6 @@ func PlanRemoveNodes(cm *kv.ClusterMap, ids []uint64) ([]GroupChange, error) {
 			return nil, fmt.Errorf("removing %v would leave group %d with %d members (%v); a VR group needs an odd number (2f+1), at least 1: replace the node instead (kefir cluster replace-node --old N --new ID@PEER-ADDR/CLIENT-ADDR)", ids, g.ID, len(ms), ms)
 		}
 		out = append(out, GroupChange{Group: GroupID(g.ID), Members: ms})
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("none of %v is a member of a group (map epoch %d): nothing to remove", ids, cm.Epoch)
 	}
 	return out, nil
 }

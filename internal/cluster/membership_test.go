@@ -148,12 +148,16 @@ func TestPlanNodeChange(t *testing.T) {
 		"one of three":  {[]uint64{4}, "would leave group 1 with 2 members"},
 		"one of five":   {[]uint64{6}, "would leave group 2 with 4 members"},
 		"not a node":    {[]uint64{9}, "node 9 is not a node"},
-		"in no group":   {[]uint64{8}, "nothing to remove"},
 		"all of group1": {[]uint64{1, 2, 4}, "would leave group 1 with 0 members"},
 	} {
 		if _, err := PlanRemoveNodes(cm, c.ids); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("remove %s: %v, want %q", name, err, c.want)
 		}
+	}
+	// A node in no group: nothing to reconfigure (the command then takes
+	// it out of the map).
+	if plan, err := PlanRemoveNodes(cm, []uint64{8}); err != nil || len(plan) != 0 {
+		t.Fatalf("remove node 8, in no group: %+v %v", plan, err)
 	}
 	if plan, err := PlanRemoveNodes(cm, []uint64{6, 7}); err != nil || len(plan) != 1 || plan[0].Group != 2 || !slices.Equal(plan[0].Members, []uint64{3, 4, 1}) {
 		t.Fatalf("remove two of a group of five: %+v %v", plan, err)
@@ -168,6 +172,11 @@ func TestPlanNodeChange(t *testing.T) {
 		t.Fatalf("remove 3: %v", err)
 	}
 	cm.Meta = []uint64{1, 2, 3, 6, 7}
+	// A node in no group: nothing to reconfigure (the command then takes
+	// it out of the map).
+	if plan, err := PlanRemoveNodes(cm, []uint64{8}); err != nil || len(plan) != 0 {
+		t.Fatalf("remove node 8, in no group: %+v %v", plan, err)
+	}
 	if plan, err := PlanRemoveNodes(cm, []uint64{6, 7}); err != nil || len(plan) != 2 || plan[1].Group != MetaGroupID || !slices.Equal(plan[1].Members, []uint64{1, 2, 3}) {
 		t.Fatalf("remove two of five metadata members: %+v %v", plan, err)
 	}

@@ -24,6 +24,8 @@ import (
 //	KEFIR.SLOTS META DONE epoch [driver beat]       MoveDone: the map's epoch (with the lease: compare-and-set on it)
 //	KEFIR.SLOTS META ABORT epoch [driver beat]      the move rolled back: the map's epoch
 //	KEFIR.SLOTS META ADDNODE id client-addr peer-addr   a node joins the map: the map's epoch
+//	KEFIR.SLOTS META REMOVENODE id                  a node that hosts nothing leaves the map
+//	                                                (kv.MapNodeRemove): the map's epoch
 //	KEFIR.SLOTS META SETMEMBERS group epoch id...   a group's members after its reconfiguration
 //	                                                to VR epoch `epoch` (kv.KindMapSetMembers): the map's epoch
 //	KEFIR.SLOTS META ADDGROUP group [ENGINE chain] id...
@@ -63,10 +65,10 @@ func MetaCommand(args [][]byte) (MetaCmd, error) {
 		return c, slotsErrf("ERR wrong number of arguments for 'kefir.slots|meta' command")
 	}
 	sub := strings.ToUpper(string(args[2]))
-	want := map[string]int{"MAP": 3, "PLAN": 8, "CLAIM": 6, "DONE": 4, "ABORT": 4, "ADDNODE": 6, "SETMEMBERS": 6, "ADDGROUP": 5, "REMOVEGROUP": 5, "CHAINWANT": 5}
+	want := map[string]int{"MAP": 3, "PLAN": 8, "CLAIM": 6, "DONE": 4, "ABORT": 4, "ADDNODE": 6, "REMOVENODE": 4, "SETMEMBERS": 6, "ADDGROUP": 5, "REMOVEGROUP": 5, "CHAINWANT": 5}
 	n, ok := want[sub]
 	if !ok {
-		return c, slotsErrf("ERR unknown subcommand '%s' of KEFIR.SLOTS META (MAP, PLAN, CLAIM, DONE, ABORT, ADDNODE, SETMEMBERS, ADDGROUP, REMOVEGROUP, CHAINWANT)", strings.ToLower(sub))
+		return c, slotsErrf("ERR unknown subcommand '%s' of KEFIR.SLOTS META (MAP, PLAN, CLAIM, DONE, ABORT, ADDNODE, REMOVENODE, SETMEMBERS, ADDGROUP, REMOVEGROUP, CHAINWANT)", strings.ToLower(sub))
 	}
 	longer := (sub == "CLAIM" && len(args) == 7) || ((sub == "DONE" || sub == "ABORT") && len(args) == 6)
 	if len(args) != n && !longer && !(sub == "MAP" && len(args) <= 7) && !((sub == "SETMEMBERS" || sub == "ADDGROUP" || sub == "CHAINWANT") && len(args) > n) {
@@ -161,6 +163,12 @@ func MetaCommand(args [][]byte) (MetaCmd, error) {
 			return c, slotsErrf("ERR KEFIR.SLOTS META ADDNODE: the node id must be a positive integer")
 		}
 		c.Op = kv.Op{Kind: kv.KindMapAddNode, Key: kv.AppendMapNode(nil, kv.MapNode{ID: id, ClientAddr: string(args[4]), PeerAddr: string(args[5])})}
+	case "REMOVENODE":
+		id, err := u(3)
+		if err != nil || id == 0 {
+			return c, slotsErrf("ERR KEFIR.SLOTS META REMOVENODE: the node id must be a positive integer")
+		}
+		c.Op = kv.Op{Kind: kv.KindMapAddNode, Cond: kv.MapNodeRemove, Key: kv.AppendMapNode(nil, kv.MapNode{ID: id})}
 	case "SETMEMBERS":
 		mm := kv.MapMembers{}
 		var err error

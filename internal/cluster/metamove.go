@@ -421,6 +421,19 @@ func (mv *Mover) AddNode(ctx context.Context, id uint64, clientAddr, peerAddr st
 	return uint64(v.Int), nil
 }
 
+// RemoveNode takes node id, which no group has, out of the metadata
+// group's map (KEFIR.SLOTS META REMOVENODE, kv.MapNodeRemove) and returns
+// the map's epoch after it; a node the map does not have is a no-op. The
+// node, seeing a map without itself, retires.
+func (mv *Mover) RemoveNode(ctx context.Context, id uint64) (uint64, error) {
+	defer mv.close()
+	v, err := mv.do(ctx, "KEFIR.SLOTS", "META", "REMOVENODE", strconv.FormatUint(id, 10))
+	if err != nil {
+		return 0, fmt.Errorf("remove node %d from the map: %w", id, err)
+	}
+	return uint64(v.Int), nil
+}
+
 // AddGroup records data group g with members (node ids of the map, leader
 // order) and no slots in the metadata group's map (KEFIR.SLOTS META
 // ADDGROUP, kv.KindMapAddGroup) and returns the map's epoch after it. The

@@ -66,6 +66,14 @@ import (
 //	                  slots only by moves); the same node again is a no-op.
 //	                  The epoch goes up by one, unless a move is in flight
 //	                  (then it stays below the move's until MoveDone).
+//	                  With Cond MapNodeRemove, the node is taken out of
+//	                  the map instead (kefir cluster remove-node of a node
+//	                  that hosts nothing): refused while a group has it as
+//	                  a member, joining or leaving chain member, or it is a
+//	                  member of the metadata group; a node the map does
+//	                  not have is a no-op. The metadata group's members
+//	                  are fixed in the map (Meta) first, so that taking a
+//	                  node out never moves DefaultMetaMembers' choice.
 //	KindMapSetMembers Key: a group's members (AppendMapMembers: group, VR
 //	                  epoch, members in leader order), recorded after the
 //	                  group's reconfiguration to that epoch committed.
@@ -545,6 +553,43 @@ func decodeMapNode(d *Decoder) MapNode {
 	return MapNode{ID: d.Uvarint(), ClientAddr: string(d.Bytes()), PeerAddr: string(d.Bytes())}
 }
 
+// MapNodeRemove is KindMapAddNode's Cond that takes the node out of the
+// map (removeNode). A metadata group of mixed builds must not be sent it:
+// a build before it adds the node instead (upgrade the metadata group's
+// nodes first; docs/cluster.md).
+const MapNodeRemove Cond = 1
+
+// removeNode is KindMapAddNode's step with MapNodeRemove: node Key's id
+// leaves the map if nothing places a replica on it.
+func removeNode(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
+	epoch := Result{Kind: ResInt, Int: int64(m.Epoch)}
+	nd, err := DecodeMapNode(op.Key)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	i := slices.IndexFunc(m.Nodes, func(x MapNode) bool { return x.ID == nd.ID })
+	if i < 0 {
+		return nil, epoch, nil // taken out already: a retry
+	}
+	if slices.Contains(m.MetaMembers(), nd.ID) {
+		return nil, Result{}, errMap("node %d is a member of the metadata group: replace it there first (kefir cluster replace-node --old %d --group 65535)", nd.ID, nd.ID)
+	}
+	for _, g := range m.Groups {
+		if slices.Contains(g.Members, nd.ID) || slices.Contains(g.Joining, nd.ID) || slices.Contains(g.Leaving, nd.ID) {
+			return nil, Result{}, errMap("node %d is in group %d: remove it from its groups first (kefir cluster remove-node or replace-node)", nd.ID, g.ID)
+		}
+	}
+	n := m.clone()
+	n.Meta = slices.Clone(m.MetaMembers())
+	n.Nodes = slices.Delete(slices.Clone(m.Nodes), i, i+1)
+	// As with an added node: the epoch moves so that pollers learn it,
+	// unless a move is in flight (its epoch is above the map's).
+	if len(n.Moves) == 0 {
+		n.Epoch++
+	}
+	return n, Result{Kind: ResInt, Int: int64(n.Epoch)}, nil
+}
+
 // DecodeMapNode decodes AppendMapNode's encoding, all of b.
 func DecodeMapNode(b []byte) (MapNode, error) {
 	d := Decoder{B: b}
@@ -759,6 +804,9 @@ func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	}
 	if op.Kind == KindMapChainWant {
 		return chainWant(m, op) // chainconf.go
+	}
+	if op.Kind == KindMapAddNode && op.Cond == MapNodeRemove {
+		return removeNode(m, op)
 	}
 	if op.Kind == KindMapAddNode {
 		nd, err := DecodeMapNode(op.Key)

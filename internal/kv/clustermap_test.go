@@ -3,6 +3,7 @@ package kv
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -821,5 +822,45 @@ func TestMapMoveAbortMark(t *testing.T) {
 	// A retry once ended: a no-op, whoever sends it.
 	if res, err := apply(moveOp(KindMapMoveAbort, MapMove{Epoch: 2, Driver: "abort", Beat: 3})); err != nil || res.Version != 0 {
 		t.Fatalf("a retried abort: %v %v", res, err)
+	}
+}
+
+// A node that hosts nothing leaves the map (KindMapAddNode with
+// MapNodeRemove); one that a group or the metadata group has is refused;
+// the metadata group's members are fixed first, so that taking a node out
+// never changes who they are; a retry is a no-op.
+func TestClusterMapRemoveNode(t *testing.T) {
+	m := mem{}
+	apply := applier(t, m)
+	initMap(t, apply)
+	for _, nd := range []MapNode{{4, "127.0.0.1:4", "127.0.0.1:14"}, {5, "127.0.0.1:5", "127.0.0.1:15"}} {
+		if _, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, nd)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	remove := func(id uint64) (Result, error) {
+		return apply(&Op{Kind: KindMapAddNode, Cond: MapNodeRemove, Key: AppendMapNode(nil, MapNode{ID: id})})
+	}
+	if _, err := remove(1); !errors.Is(err, ErrSlotTransition) || !strings.Contains(err.Error(), "metadata group") {
+		t.Fatalf("a metadata member removed: %v", err)
+	}
+	before := readMap(t, m)
+	if res, err := remove(5); err != nil || res.Int != int64(before.Epoch+1) {
+		t.Fatalf("remove node 5: %+v %v", res, err)
+	}
+	after := readMap(t, m)
+	if slices.Contains(after.NodeIDs(), 5) || len(after.Nodes) != 4 || !slices.Equal(after.MetaMembers(), before.MetaMembers()) || after.Meta == nil {
+		t.Fatalf("map after removing node 5: %+v (before %+v)", after, before)
+	}
+	if res, err := remove(5); err != nil || res.Version != 0 || res.Int != int64(after.Epoch) {
+		t.Fatalf("remove node 5 again: %+v %v", res, err)
+	}
+	// A node in a group (testMap's groups are on nodes 1-3): add group 3
+	// on node 4 and the removal is refused.
+	if _, err := apply(&Op{Kind: KindMapAddGroup, Key: AppendMapAddGroup(nil, MapAddGroup{MapMembers: MapMembers{Group: 3, Members: []uint64{4, 2, 3}}, Engine: EngineVR})}); err != nil {
+		t.Fatalf("add group 3: %v", err)
+	}
+	if _, err := remove(4); !errors.Is(err, ErrSlotTransition) || !strings.Contains(err.Error(), "is in group 3") {
+		t.Fatalf("a group's member removed: %v", err)
 	}
 }

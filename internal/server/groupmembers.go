@@ -210,6 +210,13 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 			}
 		}
 	}
+	// Taken out of the map (kefir cluster remove-node of a node that
+	// hosts nothing; the map refuses it for a node a group has): the
+	// node retires as a whole. Only once it hosts nothing here too — a
+	// replica the map no longer names retires above first.
+	if len(cm.Nodes) > 0 && !slices.Contains(cm.NodeIDs(), s.cfg.ReplicaID) && len(s.multi.Hosted()) == 0 && !s.multi.HostsMeta() {
+		return s.leaveMap(cm.Epoch)
+	}
 	s.recordMembersIfBehind(ctx, cm)
 	s.followChainMasters(cm)
 	s.startChainMasters(cm)
@@ -692,6 +699,26 @@ func (s *Server) retireNode(r retiredRecord, id cluster.GroupID) bool {
 		gs.retErr = fmt.Errorf("%w: replica %d left every group it hosted (cluster %d; the last, group %d, at epoch %d with members %v). %s is kept as it was and the node does not rejoin; to make this machine a node again wipe --dir and start it as a new one (kefir server --join, then kefir cluster replace-node)",
 			ErrRetired, s.cfg.ReplicaID, s.cfg.ClusterID, id, r.Epoch, r.Members, s.cfg.DataDir)
 		s.log.Warn("every replica of this node retired: stopping", "group", uint64(id))
+		close(gs.retired)
+	})
+	return true
+}
+
+// leaveMap retires the node as a whole: the map, at epoch, no longer has
+// it (kefir cluster remove-node took it out, hosting nothing). Its record
+// makes a restart refuse (CheckRetired) and kefir up leave it down.
+func (s *Server) leaveMap(epoch uint64) bool {
+	gs := s.groups
+	gs.once.Do(func() {
+		r := retiredRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, LeftMapAt: epoch}
+		if s.cfg.FS == nil {
+			b, _ := json.Marshal(r)
+			if err := vfs.WriteFileDurably(vfs.Default, s.cfg.DataDir, filepath.Join(s.cfg.DataDir, retiredFile), b); err != nil {
+				s.log.Error("record the node's retirement", "err", err)
+			}
+		}
+		gs.retErr = r.err(s.cfg.DataDir)
+		s.log.Warn("this node was taken out of the cluster map: stopping", "map_epoch", epoch)
 		close(gs.retired)
 	})
 	return true

@@ -95,9 +95,17 @@ type retiredRecord struct {
 	// epoch (the removal's, or a later one); its data (vr/) is deleted,
 	// the record stays as the group's tombstone.
 	RemovedAt uint64 `json:"removed_at_map_epoch,omitempty"`
+	// LeftMapAt (the node's own record): the node, hosting nothing, was
+	// taken out of the cluster map (kefir cluster remove-node,
+	// kv.MapNodeRemove) and retired when it saw the map at this epoch.
+	LeftMapAt uint64 `json:"left_map_at_epoch,omitempty"`
 }
 
 func (r retiredRecord) err(dir string) error {
+	if r.LeftMapAt > 0 {
+		return fmt.Errorf("%w: node %d was taken out of the cluster map (cluster %d; seen at map epoch %d). %s is kept as it was and the node does not come back; to make this machine a node again wipe --dir and start it as a new one (kefir server --join, then kefir cluster add-node)",
+			ErrRetired, r.Replica, r.Cluster, r.LeftMapAt, dir)
+	}
 	return fmt.Errorf("%w: replica %d left group (cluster %d) at epoch %d; members are %v. %s is kept as it was and the node does not rejoin; to make this machine a member again wipe --dir and start it as a new one (kefir server --join, then kefir cluster replace-node)",
 		ErrRetired, r.Replica, r.Cluster, r.Epoch, r.Members, dir)
 }

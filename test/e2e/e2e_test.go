@@ -40,6 +40,29 @@ func redisCLI(t *testing.T, addr string, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// redisCLIWrite runs a redis-cli write that may meet a leader change
+// right after a group's start: the node closes the connection of a write
+// whose outcome it cannot know ("Server closed the connection"), and the
+// write is sent again, as a user would; any other failure fails the test.
+func redisCLIWrite(t *testing.T, addr string, args ...string) string {
+	t.Helper()
+	path, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatalf("redis-cli not found: install Debian's redis-tools (apt-get install redis-tools); the e2e suite needs it")
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	for try := 0; ; try++ {
+		out, err := exec.Command(path, append([]string{"-h", host, "-p", port}, args...)...).CombinedOutput()
+		if err == nil {
+			return strings.TrimSpace(string(out))
+		}
+		if try == 20 || !strings.Contains(string(out), "Server closed the connection") {
+			t.Fatalf("redis-cli %v: %v\n%s", args, err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func dial(t *testing.T, addr string) *client.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -266,8 +266,9 @@ func TestGroupsReplaceAFailedNode(t *testing.T) {
 
 // remove-node in a cluster of several groups: nodes 4 and 5, members of
 // group 1 (five members) only, are removed together; group 1 goes on with
-// three, the map records it, and nodes 4 and 5, left with no replica,
-// retire and exit 0. Removing one node of a group of three is refused
+// three, the map records it, nodes 4 and 5, left with no replica, retire
+// and exit 0, and the map's node list drops them. Removing one node of a
+// group of three is refused
 // before anything changes.
 func TestGroupsRemoveNodes(t *testing.T) {
 	g := cluster.StartGroups(t, 5, "1=1,2,3,4,5:0-8191;2=3,1,2:8192-16383")
@@ -282,7 +283,8 @@ func TestGroupsRemoveNodes(t *testing.T) {
 		t.Fatalf("remove-node --id 3: %v\n%s", err, out)
 	}
 	out, err := kefirCluster(t, "remove-node", addr, "--id", "4,5")
-	if err != nil || !reconfiguredTo(out, 1, 1, 1, 2, 3) || strings.Contains(out, "group 2 is") {
+	if err != nil || !reconfiguredTo(out, 1, 1, 1, 2, 3) || strings.Contains(out, "group 2 is") ||
+		!strings.Contains(out, "node 4 is out of the map") || !strings.Contains(out, "node 5 is out of the map") {
 		t.Fatalf("remove-node --id 4,5: %v\n%s", err, out)
 	}
 	for _, n := range g.Nodes[3:] {
@@ -290,7 +292,9 @@ func TestGroupsRemoveNodes(t *testing.T) {
 			t.Fatalf("%s after its removal: exit %d, want 0 with the retirement:\n%s", n.ID, code, n.Logs())
 		}
 	}
-	if cm := localMap(g.Nodes[1].ClientAddr); cm == nil || cm.Epoch != e0+1 || !slices.Equal(cm.Groups[0].Members, []uint64{1, 2, 3}) || cm.Groups[0].MemberEpoch != 1 {
+	// The group's change, then each node out of the map's node list.
+	if cm := localMap(g.Nodes[1].ClientAddr); cm == nil || cm.Epoch != e0+3 || !slices.Equal(cm.Groups[0].Members, []uint64{1, 2, 3}) || cm.Groups[0].MemberEpoch != 1 ||
+		!slices.Equal(cm.NodeIDs(), []uint64{1, 2, 3}) {
 		t.Fatalf("the map after the removal: %+v", cm)
 	}
 	want := []string{g.Nodes[0].ClientAddr, g.Nodes[1].ClientAddr, g.Nodes[2].ClientAddr}

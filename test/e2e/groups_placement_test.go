@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -275,4 +277,59 @@ func putInSlots(t *testing.T, c *client.Client, prefix, what string, in func(slo
 		out[k] = "v" + k
 	}
 	return out
+}
+
+// A node that hosts nothing leaves the cluster: kefir cluster remove-node
+// takes node 4 (joined, in the map, in no group) out of the map; the node,
+// seeing a map without itself, records its retirement and exits; a
+// restart refuses; status no longer lists it; a rerun says it is not a
+// node of the map.
+func TestGroupsRemoveAnEmptyNode(t *testing.T) {
+	g := cluster.StartGroups(t, 3, "1=1,2,3:0-8191;2=2,3,1:8192-16383")
+	g.WaitLeaders(20 * time.Second)
+	live := g.Addrs()
+	addr := "--addr=" + live[1]
+	n4 := cluster.NewNode(t, "n4")
+	n4.Args = []string{"--replica-id", "4", "--join", live[0] + "," + live[1], "--cluster-secret", "e2e-groups-secret"}
+	if err := n4.StartNoWait(); err != nil {
+		t.Fatal(err)
+	}
+	if !testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool { return strings.Contains(n4.Logs(), "does not name node") }) {
+		t.Fatalf("node 4 did not wait to be named:\n%s", n4.Logs())
+	}
+	if out, err := kefirCluster(t, "add-node", addr, "--id", "4", "--client-addr", n4.ClientAddr, "--peer-addr", n4.PeerAddr); err != nil {
+		t.Fatalf("add-node 4: %v\n%s", err, out)
+	}
+	if err := n4.WaitReady(20 * time.Second); err != nil {
+		t.Fatalf("node 4 in the map does not serve: %v\n%s", err, n4.Logs())
+	}
+	// Node 1 hosts replicas (and the metadata group's): refused.
+	if out, err := kefirCluster(t, "remove-node", addr, "--id", "1"); err == nil {
+		t.Fatalf("remove-node of node 1 (groups 1 and 2 of three) succeeded:\n%s", out)
+	}
+	out, err := kefirCluster(t, "remove-node", addr, "--id", "4")
+	if err != nil || !strings.Contains(out, "node 4 is out of the map at epoch") {
+		t.Fatalf("remove-node of the empty node 4: %v\n%s", err, out)
+	}
+	n4.Wait(20 * time.Second)
+	if !strings.Contains(n4.Logs(), "taken out of the cluster map") {
+		t.Fatalf("node 4 does not say why it stopped:\n%s", n4.Logs())
+	}
+	if b, err := os.ReadFile(filepath.Join(n4.Dir, "kefir-retired.json")); err != nil || !strings.Contains(string(b), "left_map_at_epoch") {
+		t.Fatalf("node 4's retirement record: %v %s", err, b)
+	}
+	if out, err := kefirCluster(t, "status", addr); err != nil || strings.Contains(out, "client "+n4.ClientAddr) {
+		t.Fatalf("status after the removal lists node 4: %v\n%s", err, out)
+	}
+	if out, err := kefirCluster(t, "remove-node", addr, "--id", "4"); err == nil || !strings.Contains(out, "node 4 is not a node of the cluster map") {
+		t.Fatalf("remove-node 4 again: %v\n%s", err, out)
+	}
+	n4.Args = []string{"--replica-id", "4", "--cluster-secret", "e2e-groups-secret"}
+	if err := n4.StartNoWait(); err != nil {
+		t.Fatal(err)
+	}
+	n4.Wait(20 * time.Second)
+	if !strings.Contains(n4.Logs(), "refusing to start") {
+		t.Fatalf("node 4 restarted after leaving the map:\n%s", n4.Logs())
+	}
 }

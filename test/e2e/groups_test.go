@@ -32,7 +32,7 @@ func TestGroupsRedisCliCluster(t *testing.T) {
 	for i := range 12 {
 		k := "key" + strconv.Itoa(i)
 		groupsSeen[kcluster.EvenGroups(3, []uint64{1, 2, 3}, 3)[groupIndex(kcluster.Slot([]byte(k)))].ID] = true
-		if out := redisCLI(t, first, "-c", "set", k, "v"+strconv.Itoa(i)); out != "OK" {
+		if out := redisCLIWrite(t, first, "-c", "set", k, "v"+strconv.Itoa(i)); out != "OK" {
 			t.Fatalf("redis-cli -c set %s = %q", k, out)
 		}
 	}
@@ -235,9 +235,20 @@ func TestGroupsRedisCliCluster(t *testing.T) {
 // pipeline sends cmds on one connection and returns their replies.
 func pipeline(t *testing.T, addr string, cmds ...[]string) []resp.Value {
 	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, time.Second)
+	out, err := pipelineErr(addr, cmds...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return out
+}
+
+// pipelineErr is pipeline without failing the test: a connection the node
+// closes (a write in flight when its group's leader changed: the outcome
+// unknown) is an error to retry on.
+func pipelineErr(addr string, cmds ...[]string) ([]resp.Value, error) {
+	nc, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return nil, err
 	}
 	defer nc.Close()
 	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
@@ -250,16 +261,16 @@ func pipeline(t *testing.T, addr string, cmds ...[]string) []resp.Value {
 		b = resp.AppendCommand(b, args...)
 	}
 	if _, err := nc.Write(b); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	rd := resp.NewReader(nc, 0)
 	out := make([]resp.Value, len(cmds))
 	for i := range cmds {
 		if out[i], err = rd.ReadValue(); err != nil {
-			t.Fatalf("reply %d from %s: %v", i, addr, err)
+			return nil, fmt.Errorf("reply %d from %s: %w", i, addr, err)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // threeGroups is kefir up --groups 3's layout: three 3-replica groups on

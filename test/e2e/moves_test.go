@@ -504,7 +504,16 @@ func pipelineRetry(t *testing.T, addr string, cmds ...[]string) []resp.Value {
 	t.Helper()
 	var out []resp.Value
 	for try := 0; try < 50; try++ {
-		out = pipeline(t, addr, cmds...)
+		var err error
+		if out, err = pipelineErr(addr, cmds...); err != nil {
+			// The node closed the connection (a leader change with the
+			// writes in flight): send them again.
+			if try == 49 {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
 		ok := true
 		for _, r := range out {
 			if r.Kind == resp.Error {
