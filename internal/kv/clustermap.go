@@ -555,7 +555,7 @@ func decodeMapNode(d *Decoder) MapNode {
 
 // MapNodeRemove is KindMapAddNode's Cond that takes the node out of the
 // map (removeNode). A metadata group of mixed builds must not be sent it:
-// a build before it adds the node instead (upgrade the metadata group's
+// a build before it refuses it, as an add without addresses (upgrade the metadata group's
 // nodes first; docs/cluster.md).
 const MapNodeRemove Cond = 1
 
