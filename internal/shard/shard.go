@@ -376,6 +376,9 @@ type Shard struct {
 	// a chunk of HSETs then never builds (its lookup and the indexing of
 	// each record were ~90 instructions of a pipelined HSET).
 	hmRows [1 << (rowBits - 6)]uint64
+	// lim is chunkLimit's checkLimit of the chunk being built (limKnown).
+	lim      storage.Pos
+	limKnown bool
 	// probeKey is the key has last asked the engine about (storage.DB.Probe)
 	// and probeHint the hint it returned: stage gives the hint to the record
 	// of that same key (the same bytes: an HSET probes its row's key, then
@@ -588,6 +591,7 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 	now := s.opts.Now()
 	ts, nowMs := now.UnixNano(), now.UnixMilli()
 	start := 0 // first request of the current chunk
+	s.limKnown = false
 	s.truncate(0)
 	if s.hmOK && (s.changes == nil || s.changes() != s.hmChanges) {
 		s.hmOK = false // another append came since (hm)
@@ -641,7 +645,7 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 			// the key existed, a count): like a read, it may only report state a
 			// crash cannot take back. Earlier batches are covered here, this
 			// batch's own records by flush.
-			p.SyncPos = max(p.SyncPos, s.checkLimit())
+			p.SyncPos = max(p.SyncPos, s.chunkLimit())
 			r.reveals = true
 		}
 		if !r.ID.IsZero() {
@@ -679,6 +683,8 @@ func revealsState(op *kv.Op) bool {
 		return op.Cond != kv.Always || op.ReturnOld
 	case kv.KindMSet:
 		return false
+	case kv.KindHSet: // (IsUpdate's comparisons, for the commonest hash write)
+		return true
 	}
 	return op.Kind.IsUpdate()
 }
@@ -717,6 +723,7 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 		}
 		s.checking.Store(false)
 	}
+	s.limKnown = false // (chunkLimit) checkPos moved
 	keep := err == nil && s.changes != nil && s.hmFresh(s.hmKey)
 	s.truncate(0)
 	if keep {
@@ -1101,9 +1108,17 @@ func (s *Shard) hsetFast(op *kv.Op, v uint64, res *kv.Result) (done bool, err er
 	}
 	row := s.hm.RowKey(&s.scratch, op.Keys[0])
 	var exists bool
-	if b := rowBit(row); s.hmRows[b>>6]&(1<<(b&63)) != 0 {
+	b := rowBit(row)
+	switch {
+	case s.hmRows[b>>6]&(1<<(b&63)) != 0:
 		exists, err = s.has(row)
-	} else {
+	case s.sdb != nil: // hasUnstaged's first case, without its call
+		exists, s.probeHint, err = s.sdb.Probe(row)
+		s.probeKey = row
+		if err != nil {
+			err = fmt.Errorf("%w: has: %w", ErrUnavailable, err)
+		}
+	default:
 		exists, err = s.hasUnstaged(row)
 	}
 	if err != nil {
@@ -1127,7 +1142,7 @@ func (s *Shard) hsetFast(op *kv.Op, v uint64, res *kv.Result) (done bool, err er
 		value = []byte{} // nil stages a deletion's value (kv's put)
 	}
 	s.stageFn(row, value, nil, false)
-	s.addRow(row)
+	s.hmRows[b>>6] |= 1 << (b & 63) // addRow
 	s.hmN = len(s.recs) // its own records are in hm
 	res.Kind, res.Version = kv.ResInt, v
 	if op.Delta == 1 {
@@ -1450,6 +1465,18 @@ func (s *Shard) checkLimit() storage.Pos {
 		return s.db.LastPos()
 	}
 	return storage.Pos(s.checkPos.Load())
+}
+
+// chunkLimit is checkLimit for Apply, asked once per chunk (limKnown:
+// lim holds it): only flush moves it (the writer alone stores checkPos
+// and checking, under mu), and a pipelined batch of HSETs asked it for
+// every one (~15 instructions each; docs/design/hashes.md, "Pipelined,
+// session 32").
+func (s *Shard) chunkLimit() storage.Pos {
+	if !s.limKnown {
+		s.lim, s.limKnown = s.checkLimit(), true
+	}
+	return s.lim
 }
 
 // get reads k's latest value. For a key that is absent because of a deletion that
