@@ -358,8 +358,9 @@ type Shard struct {
 	// hm is the hash the last one-field HSET wrote (hsetFast), decoded
 	// (hmOK: it is one, of key hmKey): its current metadata as of
 	// recs[:hmN], and of the engine at its change count hmChanges.
-	// hsetFast checks the records staged since (unstagedSince) and the
-	// engine's count, and then neither reads nor decodes the record: the
+	// hsetFast checks the records staged since (unstagedSince; Apply
+	// checks the engine's count at its start), and then neither reads nor
+	// decodes the record: the
 	// getter's call, kv.ApplyHashTo's checks, the read and the decode
 	// were ~300 instructions of a pipelined HSET (docs/design/hashes.md,
 	// "Pipelined, session 32"). Unlike the memo it survives the chunk's
