@@ -1143,8 +1143,9 @@ func (s *Shard) hsetFast(op *kv.Op, v uint64, res *kv.Result) (done bool, err er
 		value = []byte{} // nil stages a deletion's value (kv's put)
 	}
 	s.stageFn(row, value, nil, false)
-	s.hmRows[b>>6] |= 1 << (b & 63) // addRow
-	s.hmN = len(s.recs) // its own records are in hm
+	// Its own records are in hm, its row in hmRows (addRow's bit).
+	s.hmRows[b>>6] |= 1 << (b & 63)
+	s.hmN = len(s.recs)
 	res.Kind, res.Version = kv.ResInt, v
 	if op.Delta == 1 {
 		res.Kind, res.Int = kv.ResOK, 0
