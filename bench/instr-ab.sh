@@ -8,7 +8,8 @@
 #
 # Usage: bench/instr-ab.sh [-t TEST] [-n REQUESTS] [-P PIPELINE] [-r KEYSPACE] [-F] [-Q] [-p PORT] [-d DURABILITY] BIN [BIN2]
 #   TEST: a redis-benchmark test (set, get, hset, ...; default set), or hget (HGET myhash
-#   element:__rand_int__, as bench/hash-vs-redis.sh runs it). get and hget read a key
+#   element:__rand_int__, as bench/hash-vs-redis.sh runs it), or setex (SET key:__rand_int__
+#   xxx EX 100000: -t set's command with a TTL; -F fills with SET). get and hget read a key
 #   (and field) written before the run, as redis-benchmark's own keys (without -r).
 #   -r: redis-benchmark's -r (random keys or fields in a space of that size; 0: one key).
 #   -F: fill first, as bench/hash-vs-redis.sh does (SET or HSET of 2×KEYSPACE random keys or
@@ -39,11 +40,11 @@ while getopts "t:n:P:r:p:d:FQ" o; do
   case $o in
     t) TEST=$OPTARG ;; n) N=$OPTARG ;; P) PIPE=$OPTARG ;; r) RAND=$OPTARG ;; p) PORT=$OPTARG ;; d) DUR=$OPTARG ;; F) FILL=1 ;;
     Q) QUIET=(--compact-interval=-1s --checkpoint-interval=-1s --active-expiry=-1s) ;;
-    *) sed -n '2,34p' "$0"; exit 2 ;;
+    *) sed -n '2,35p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { sed -n '2,34p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,35p' "$0"; exit 2; }
 for t in valgrind cg_annotate redis-benchmark redis-cli; do
   command -v $t >/dev/null || { echo "instr-ab: $t not found (apt-get install valgrind redis-tools)" >&2; exit 2; }
 done
@@ -96,6 +97,7 @@ run() {
   # redis-benchmark has no HGET test: it is given as a command, as bench/hash-vs-redis.sh does.
   local t=(-t "$TEST")
   [ "$TEST" = hget ] && t=(hget myhash element:__rand_int__)
+  [ "$TEST" = setex ] && t=(set key:__rand_int__ xxx ex 100000)
   [ "$bench" = 1 ] && redis-benchmark -p "$PORT" -c 50 -P "$PIPE" -n "$N" "${r[@]}" -q "${t[@]}" >/dev/null 2>&1
   kill "$pid"; wait "$pid" 2>/dev/null || true
   [ -s "$out" ] || { echo "instr-ab: no counts from $bin (see $out.log)" >&2; cat "$out.log" >&2; exit 1; }

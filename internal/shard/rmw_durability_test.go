@@ -1,10 +1,12 @@
 package shard
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/storage"
 )
 
 // A read-modify-write reports state it read. Under cad that state may not be
@@ -43,4 +45,36 @@ func TestReadModifyWriteRepliesOnlyWithDurableState(t *testing.T) {
 			t.Fatalf("plain cad SETs (nil-externalizing) waited for %d syncs", st.Syncs)
 		}
 	})
+}
+
+// The limit a revealing write waits for (checkLimit) moves when a chunk
+// holding checked (sync or cad) writes is appended; Apply asks it once per
+// chunk, and a revealing write after such a chunk in the same batch must
+// wait for it: it may report state that chunk wrote.
+func TestRevealingWriteAfterACheckedChunkWaitsForIt(t *testing.T) {
+	s, _ := openHashShard(t)
+	hset := func(f string) WriteReq {
+		return WriteReq{Op: kv.Op{Kind: kv.KindHSet, Key: []byte("h"), Keys: [][]byte{[]byte(f), []byte("v")}}, Durability: level.Async}
+	}
+	reqs := []WriteReq{hset("a")} // asks the limit in the first chunk
+	for i := range chunk {        // async: the first chunk's append checks nothing
+		reqs = append(reqs, WriteReq{Op: kv.Op{Kind: kv.KindSet, Key: fmt.Appendf(nil, "s%d", i), Value: []byte("x")}, Durability: level.Async})
+	}
+	mset := kv.Op{Kind: kv.KindMSet}
+	for i := range chunk {
+		mset.Keys = append(mset.Keys, fmt.Appendf(nil, "m%d", i), []byte("x"))
+	}
+	reqs = append(reqs, WriteReq{Op: mset, Durability: level.CAD}, hset("b"))
+	p, err := s.Apply(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range reqs {
+		if reqs[i].Err != nil {
+			t.Fatalf("write %d: %v", i, reqs[i].Err)
+		}
+	}
+	if cad := storage.Pos(s.checkPos.Load()); cad == 0 || p.SyncPos < cad {
+		t.Errorf("the batch waits for position %d, below its cad chunk's %d: the last HSET's reply is not covered", p.SyncPos, cad)
+	}
 }

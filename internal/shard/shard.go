@@ -300,9 +300,12 @@ type Shard struct {
 	// trust its memo and skip the reread whatever the change count says.
 	tornMultiReads bool
 	staleHashMeta  bool
-	betweenKeys    func()
-	opts           Options
-	log            *slog.Logger
+	// noHSetFast (tests only) sends every HSET through kv.ApplyHashTo, the
+	// reference hsetFast is held to.
+	noHSetFast  bool
+	betweenKeys func()
+	opts        Options
+	log         *slog.Logger
 
 	// mu is the single writer lock: versions are assigned and read-modify-writes
 	// evaluated under it, so applies are serial in version order.
@@ -352,6 +355,31 @@ type Shard struct {
 	// same positions were never checked.
 	memoCur bool
 	memoN   int
+	// hm is the hash the last one-field HSET wrote (hsetFast), decoded
+	// (hmOK: it is one, of key hmKey): its current metadata as of
+	// recs[:hmN], and of the engine at its change count hmChanges.
+	// hsetFast checks the records staged since (unstagedSince; Apply
+	// checks the engine's count at its start), and then neither reads nor
+	// decodes the record: the
+	// getter's call, kv.ApplyHashTo's checks, the read and the decode
+	// were ~300 instructions of a pipelined HSET (docs/design/hashes.md,
+	// "Pipelined, session 32"). Unlike the memo it survives the chunk's
+	// append (flush) and the next Apply while the engine's count says no
+	// other append came: it holds values, not the arena's bytes.
+	hm        kv.HashMeta
+	hmKey     []byte
+	hmOK      bool
+	hmN       int
+	hmChanges uint64
+	// hmRows is a filter of the rows of hm's hash among recs[:hmN], by
+	// rowBit: a row whose bit is clear is not staged, and hsetFast asks
+	// the engine alone whether it exists, without the staged index, which
+	// a chunk of HSETs then never builds (its lookup and the indexing of
+	// each record were ~90 instructions of a pipelined HSET).
+	hmRows [1 << (rowBits - 6)]uint64
+	// lim is chunkLimit's checkLimit of the chunk being built (limKnown).
+	lim      storage.Pos
+	limKnown bool
 	// probeKey is the key has last asked the engine about (storage.DB.Probe)
 	// and probeHint the hint it returned: stage gives the hint to the record
 	// of that same key (the same bytes: an HSET probes its row's key, then
@@ -564,7 +592,11 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 	now := s.opts.Now()
 	ts, nowMs := now.UnixNano(), now.UnixMilli()
 	start := 0 // first request of the current chunk
+	s.limKnown = false
 	s.truncate(0)
+	if s.hmOK && (s.changes == nil || s.changes() != s.hmChanges) {
+		s.hmOK = false // another append came since (hm)
+	}
 	if s.opts.ClientTTL > 0 && s.stats.Writes-s.lastSweep >= s.sweepEvery {
 		s.lastSweep = s.stats.Writes
 		s.expireClients(ts)
@@ -614,7 +646,7 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 			// the key existed, a count): like a read, it may only report state a
 			// crash cannot take back. Earlier batches are covered here, this
 			// batch's own records by flush.
-			p.SyncPos = max(p.SyncPos, s.checkLimit())
+			p.SyncPos = max(p.SyncPos, s.chunkLimit())
 			r.reveals = true
 		}
 		if !r.ID.IsZero() {
@@ -652,6 +684,8 @@ func revealsState(op *kv.Op) bool {
 		return op.Cond != kv.Always || op.ReturnOld
 	case kv.KindMSet:
 		return false
+	case kv.KindHSet: // (IsUpdate's comparisons, for the commonest hash write)
+		return true
 	}
 	return op.Kind.IsUpdate()
 }
@@ -690,8 +724,17 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 		}
 		s.checking.Store(false)
 	}
+	s.limKnown = false // (chunkLimit) checkPos moved
+	keep := err == nil && s.changes != nil && s.hmFresh(s.hmKey)
 	s.truncate(0)
+	if keep {
+		// The chunk's records are the engine's now, and hm is still the
+		// key's: no record of it came after hm's own.
+		s.hmOK, s.hmN, s.hmChanges = true, 0, s.changes()
+		clear(s.hmRows[:]) // the engine's now
+	}
 	if err != nil {
+		s.hmOK = false // the engine may hold a part
 		err = fmt.Errorf("%w: append: %w", ErrUnavailable, err)
 		for i := range reqs {
 			if reqs[i].Err == nil {
@@ -760,13 +803,56 @@ func (s *Shard) memoFresh(key []byte) bool {
 	if len(key) != len(s.memoKey) || string(key) != string(s.memoKey) {
 		return false
 	}
-	for ; s.memoN < len(s.recs); s.memoN++ {
-		if k := s.recs[s.memoN].Key; len(k) == len(key) && string(k) == string(key) {
-			s.memoCur = false // staged since: the staged index answers
+	if !s.unstagedSince(key, &s.memoN) {
+		s.memoCur = false // staged since: the staged index answers
+		return false
+	}
+	return true
+}
+
+// unstagedSince reports whether no record of recs[*n:] has key, moving *n
+// to the end of those it checked.
+func (s *Shard) unstagedSince(key []byte, n *int) bool {
+	for ; *n < len(s.recs); *n++ {
+		if k := s.recs[*n].Key; len(k) == len(key) && string(k) == string(key) {
 			return false
 		}
 	}
 	return true
+}
+
+// hmFresh reports whether hm is key's current metadata: no record of key
+// was staged since hmN. (The rows of hm's hash that other writes staged
+// since need no bit in hmRows: a write that adds or deletes a field
+// rewrites the metadata record, its count, which makes hm stale and the
+// next load scans the chunk; one that only overwrites a field leaves it
+// existing, as the engine says.)
+func (s *Shard) hmFresh(key []byte) bool {
+	if !s.hmOK || len(key) != len(s.hmKey) || string(key) != string(s.hmKey) {
+		return false
+	}
+	if !s.unstagedSince(key, &s.hmN) {
+		s.hmOK = false
+		return false
+	}
+	return true
+}
+
+// rowBits is the width of hmRows's hash: 4,096 bits for the rows of a
+// chunk of up to 256 records, so that few probes of rows not staged find
+// their bit set.
+const rowBits = 12
+
+// rowBit is key's bit in hmRows: a hash of its length and its last eight
+// bytes, where a hash's rows differ (a row key is at least 18 bytes).
+func rowBit(key []byte) uint64 {
+	tail := binary.LittleEndian.Uint64(key[len(key)-8:])
+	return ((tail ^ uint64(len(key))) * 0x9e3779b97f4a7c15) >> (64 - rowBits)
+}
+
+func (s *Shard) addRow(key []byte) {
+	b := rowBit(key)
+	s.hmRows[b>>6] |= 1 << (b & 63)
 }
 
 // stagedBits is the width of stagedRec's hash: 1,024 slots for chunks of up
@@ -851,6 +937,9 @@ func (s *Shard) truncate(n int) {
 	if n < s.memoN {
 		s.memoCur = false
 	}
+	if n < s.hmN {
+		s.hmOK = false
+	}
 	if n == 0 {
 		s.memoSet, s.memoCur = false, false
 		if cap(s.scratch) > 1<<20 {
@@ -868,28 +957,36 @@ func (s *Shard) truncate(n int) {
 // engine's index answers without reading the record. A closure, as
 // getter's (its wrapper: ~15 instructions of a pipelined HSET's probe).
 func (s *Shard) prober() kv.Prober {
-	return func(key []byte) (bool, error) {
-		if r := s.stagedRec(key); r != nil {
-			return !r.Tombstone, nil
-		}
-		var ok bool
-		var err error
-		switch {
-		case s.sdb != nil:
-			// A direct call, as get's: not through the method value.
-			ok, s.probeHint, err = s.sdb.Probe(key)
-			s.probeKey = key
-		case s.engineHas == nil:
-			_, _, _, ok, err := s.engineGet(key)
-			return ok, err
-		default:
-			ok, err = s.engineHas(key)
-		}
-		if err != nil {
-			return false, fmt.Errorf("%w: has: %w", ErrUnavailable, err)
-		}
-		return ok, nil
+	return func(key []byte) (bool, error) { return s.has(key) }
+}
+
+// has is prober's function, which hsetFast calls directly.
+func (s *Shard) has(key []byte) (bool, error) {
+	if r := s.stagedRec(key); r != nil {
+		return !r.Tombstone, nil
 	}
+	return s.hasUnstaged(key)
+}
+
+// hasUnstaged is has of a key the chunk has not staged: the engine's answer.
+func (s *Shard) hasUnstaged(key []byte) (bool, error) {
+	var ok bool
+	var err error
+	switch {
+	case s.sdb != nil:
+		// A direct call, as get's: not through the method value.
+		ok, s.probeHint, err = s.sdb.Probe(key)
+		s.probeKey = key
+	case s.engineHas == nil:
+		_, _, _, ok, err := s.engineGet(key)
+		return ok, err
+	default:
+		ok, err = s.engineHas(key)
+	}
+	if err != nil {
+		return false, fmt.Errorf("%w: has: %w", ErrUnavailable, err)
+	}
+	return ok, nil
 }
 
 // engineGet is current's read of the engine (no staged record has key).
@@ -957,6 +1054,12 @@ func (s *Shard) apply(op *kv.Op, ts int64, res *kv.Result) error {
 		// skip the lock rule's lookup.
 		*res, err = kv.ApplyLockFree(get, v, op, s.maxVal, s.stageFn)
 	case kv.KindHSet:
+		if len(op.Keys) == 2 && !s.noHSetFast {
+			var done bool
+			if done, err = s.hsetFast(op, v, res); done {
+				break
+			}
+		}
 		err = kv.ApplyHashTo(get, s.hasFn, v, op, s.stageFn, opts, res)
 	default:
 		*res, err = kv.ApplyWithOptions(get, list, s.hasFn, v, op, s.maxVal, s.stageFn, opts)
@@ -968,6 +1071,86 @@ func (s *Shard) apply(op *kv.Op, ts int64, res *kv.Result) error {
 		s.next++
 	}
 	return nil
+}
+
+// hsetFast applies a one-field HSET, HMSET or HSETNX of a hash without an
+// expiry as kv.ApplyHashTo would with SparseHashMeta, from the hash's
+// decoded metadata (hm) rather than its record: the row's probe, then the
+// row alone (an existing field) or the metadata record with the count one
+// higher and the row (a new one). done false: it staged nothing and the
+// caller takes kv's path — the key holds no such hash (missing, expired or
+// with an expiry, of another type, reserved) or its read failed (kv's
+// reports it). TestHSetFastAgreesWithKv holds the two to one another.
+func (s *Shard) hsetFast(op *kv.Op, v uint64, res *kv.Result) (done bool, err error) {
+	if !s.hmFresh(op.Key) {
+		if kv.CheckKey(op.Key) != nil {
+			return false, nil
+		}
+		data, meta, ver, ok, err := s.getFn(op.Key)
+		if err != nil {
+			return false, nil
+		}
+		if s.hm, ok = kv.LiveHashMeta(data, meta, ver, ok); !ok {
+			s.hmOK = false
+			return false, nil
+		}
+		s.hmKey = append(s.hmKey[:0], op.Key...)
+		s.hmOK = true
+		if s.changes != nil {
+			s.hmChanges = s.changes()
+		}
+		clear(s.hmRows[:])
+		for _, r := range s.recs { // the value read is current: only the rows
+			if s.hm.IsRow(r.Key) {
+				s.addRow(r.Key)
+			}
+		}
+		s.hmN = len(s.recs)
+	}
+	row := s.hm.RowKey(&s.scratch, op.Keys[0])
+	var exists bool
+	b := rowBit(row)
+	switch {
+	case s.hmRows[b>>6]&(1<<(b&63)) != 0:
+		exists, err = s.has(row)
+	case s.sdb != nil: // hasUnstaged's first case, without its call
+		exists, s.probeHint, err = s.sdb.Probe(row)
+		s.probeKey = row
+		if err != nil {
+			err = fmt.Errorf("%w: has: %w", ErrUnavailable, err)
+		}
+	default:
+		exists, err = s.hasUnstaged(row)
+	}
+	if err != nil {
+		return true, err
+	}
+	// *res is zero on entry (apply): only its fields are written.
+	switch {
+	case exists && op.Cond == kv.IfAbsent:
+		res.Kind, res.Version = kv.ResInt, s.hm.Ver
+		return true, nil
+	case !exists:
+		// The metadata first, as kv's emit: its crash order.
+		res.Int = 1
+		s.hm.N++
+		s.hm.Ver = v
+		value, meta := s.hm.Record(&s.scratch)
+		s.stageFn(op.Key, value, meta, false)
+	}
+	value := op.Keys[1]
+	if value == nil {
+		value = []byte{} // nil stages a deletion's value (kv's put)
+	}
+	s.stageFn(row, value, nil, false)
+	// Its own records are in hm, its row in hmRows (addRow's bit).
+	s.hmRows[b>>6] |= 1 << (b & 63)
+	s.hmN = len(s.recs)
+	res.Kind, res.Version = kv.ResInt, v
+	if op.Delta == 1 {
+		res.Kind, res.Int = kv.ResOK, 0
+	}
+	return true, nil
 }
 
 // stager returns apply's kv.Emit (stageFn): it stages a record of the
@@ -1284,6 +1467,18 @@ func (s *Shard) checkLimit() storage.Pos {
 		return s.db.LastPos()
 	}
 	return storage.Pos(s.checkPos.Load())
+}
+
+// chunkLimit is checkLimit for Apply, asked once per chunk (limKnown:
+// lim holds it): only flush moves it (the writer alone stores checkPos
+// and checking, under mu), and a pipelined batch of HSETs asked it for
+// every one (~15 instructions each; docs/design/hashes.md, "Pipelined,
+// session 32").
+func (s *Shard) chunkLimit() storage.Pos {
+	if !s.limKnown {
+		s.lim, s.limKnown = s.checkLimit(), true
+	}
+	return s.lim
 }
 
 // get reads k's latest value. For a key that is absent because of a deletion that

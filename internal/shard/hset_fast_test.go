@@ -1,0 +1,173 @@
+package shard
+
+import (
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/storage"
+)
+
+// plainEngine is a storage.DB seen through Engine alone: no change count
+// (changeCounter), no probe (prober), no shared reads.
+type plainEngine struct{ Engine }
+
+// openFastShard opens a shard over a fresh engine, with hsetFast or
+// without it (every HSET through kv.ApplyHashTo); plain: the engine is a
+// plainEngine.
+func openFastShard(t *testing.T, fast, plain bool) (*Shard, *storage.DB) {
+	t.Helper()
+	db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: t.TempDir()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e Engine = db
+	if plain {
+		e = plainEngine{db}
+	}
+	s, err := Open(e, Options{Logger: slog.New(slog.DiscardHandler), NoBackgroundSync: true, Durability: level.Async})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.noHSetFast = !fast
+	t.Cleanup(func() { s.Close(); db.Close() })
+	return s, db
+}
+
+// engineRecords lists every record db holds (reserved keys too: the rows
+// and markers), with its version and meta.
+func engineRecords(t *testing.T, db *storage.DB) []string {
+	t.Helper()
+	var out []string
+	if err := db.Scan(nil, nil, 0, 0, func(key []byte, v storage.Value) bool {
+		out = append(out, fmt.Sprintf("%q=%q meta %x v%d", key, v.Data, v.Meta, v.Version))
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// The single node's one-field HSET (hsetFast) answers and writes what
+// kv.ApplyHashTo does: random batches of one-field HSET, HSETNX and HMSET
+// mixed with the writes that change a hash under it (a new field, HDEL of
+// its last field, DEL, SET over it, EXPIRE and PERSIST, RENAME either way,
+// HINCRBY, a failing write whose records are dropped), in batches of one
+// to 600 requests (past a chunk: hm survives an append), with a clock that
+// passes the expiries, applied to two shards — one with the fast path, one
+// without. Every reply and every record (rows and markers included) agree;
+// also over an engine without a change count (hm is then dropped at each
+// Apply's start, and by a chunk's append).
+func TestHSetFastAgreesWithKv(t *testing.T) {
+	for _, plain := range []bool{false, true} {
+		t.Run(fmt.Sprint("plain=", plain), func(t *testing.T) { testHSetFastAgreesWithKv(t, plain) })
+	}
+}
+
+func testHSetFastAgreesWithKv(t *testing.T, plain bool) {
+	fast, fdb := openFastShard(t, true, plain)
+	slow, sdb := openFastShard(t, false, false)
+	rng := rand.New(rand.NewPCG(32, 7))
+	hashes := []string{"h1", "h2"}
+	field := func() []byte { return fmt.Appendf(nil, "f%02d", rng.IntN(30)) }
+	now := int64(1_000_000)
+	for round := range 150 {
+		now += int64(rng.IntN(300))
+		n := 1 + rng.IntN(8)
+		switch rng.IntN(6) {
+		case 0:
+			n = 1 + rng.IntN(600)
+		case 1:
+			n = 1
+		}
+		reqs := make([]WriteReq, n)
+		for i := range reqs {
+			h := []byte(hashes[rng.IntN(len(hashes))])
+			val := fmt.Appendf(nil, "v%d.%d", round, i)
+			var op kv.Op
+			switch r := rng.IntN(40); {
+			case r < 22:
+				op = kv.Op{Kind: kv.KindHSet, Key: h, Keys: [][]byte{field(), val}}
+			case r < 24:
+				op = kv.Op{Kind: kv.KindHSet, Key: h, Keys: [][]byte{field(), val}, Cond: kv.IfAbsent}
+			case r < 26:
+				op = kv.Op{Kind: kv.KindHSet, Key: h, Keys: [][]byte{field(), val}, Delta: 1}
+			case r < 27:
+				op = kv.Op{Kind: kv.KindHSet, Key: h, Keys: [][]byte{field(), val, field(), val}}
+			case r < 31:
+				op = kv.Op{Kind: kv.KindHDel, Key: h, Keys: [][]byte{field()}}
+			case r < 32:
+				op = kv.Op{Kind: kv.KindDel, Key: h, Keys: [][]byte{h}}
+			case r < 33:
+				op = kv.Op{Kind: kv.KindSet, Key: h, Value: val}
+			case r < 35:
+				op = kv.Op{Kind: kv.KindExpire, Key: h, ExpireAt: now + int64(rng.IntN(400))}
+			case r < 36:
+				op = kv.Op{Kind: kv.KindPersist, Key: h}
+			case r < 37:
+				op = kv.Op{Kind: kv.KindRename, Keys: [][]byte{h, []byte(hashes[rng.IntN(len(hashes))])}}
+			case r < 38:
+				op = kv.Op{Kind: kv.KindHIncrBy, Key: h, Keys: [][]byte{[]byte("i")}, Delta: 1}
+			case r < 39: // fails (a field that is no integer): its records are dropped
+				op = kv.Op{Kind: kv.KindHIncrBy, Key: h, Keys: [][]byte{field()}, Delta: 1}
+			default: // a reserved key: refused
+				op = kv.Op{Kind: kv.KindHSet, Key: []byte("\xff\xffkefir/x"), Keys: [][]byte{field(), val}}
+			}
+			op.Now = now
+			reqs[i] = WriteReq{Op: op}
+		}
+		reqs2 := make([]WriteReq, len(reqs))
+		copy(reqs2, reqs)
+		if _, err := fast.Apply(ctx, reqs); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := slow.Apply(ctx, reqs2); err != nil {
+			t.Fatal(err)
+		}
+		for i := range reqs {
+			a, b := &reqs[i], &reqs2[i]
+			if !reflect.DeepEqual(a.Result, b.Result) || fmt.Sprint(a.Err) != fmt.Sprint(b.Err) {
+				t.Fatalf("round %d write %d %v %q %q: fast path %+v, %v; kv %+v, %v",
+					round, i, a.Op.Kind, a.Op.Key, a.Op.Keys, a.Result, a.Err, b.Result, b.Err)
+			}
+		}
+		if got, want := engineRecords(t, fdb), engineRecords(t, sdb); !reflect.DeepEqual(got, want) {
+			t.Fatalf("round %d: the engines differ:\nfast path %q\nkv        %q", round, got, want)
+		}
+	}
+}
+
+// hsetFast's view of a hash (hm) outlives an Apply only while the engine's
+// change count says no other append came: a record of the hash's key
+// appended to the engine between two Applies (here directly; on one node
+// every write is an Apply, so this stands for any writer a later change
+// might add) is seen by the next HSET.
+func TestHSetFastSeesAnAppendBetweenApplies(t *testing.T) {
+	s, db := openFastShard(t, true, false)
+	hset := func(f string) kv.Result {
+		t.Helper()
+		res, err := s.Write(ctx, kv.Op{Kind: kv.KindHSet, Key: []byte("h"), Keys: [][]byte{[]byte(f), []byte("v")}}, level.Async, ReqID{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	hset("f1")
+	if res := hset("f1"); res.Int != 0 || !s.hmOK {
+		t.Fatalf("HSET h f1 again: %+v, hm kept %v; want 0 through hsetFast", res, s.hmOK)
+	}
+	s.mu.Lock()
+	_, err := db.Append(storage.Record{Key: []byte("h"), Version: s.next, Tombstone: true})
+	s.next++
+	s.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := hset("f1"); res.Int != 1 {
+		t.Errorf("HSET h f1 after h was deleted: %d, want 1 (a new hash)", res.Int)
+	}
+}
