@@ -503,7 +503,15 @@ func (c *chainCore) linkGap(m chain.Msg) (gapped, stale bool) {
 // (or a joiner's relay) or a log-flush entry, and at a joiner also the FLUSH
 // coming back round from the old tail, which merges what the joiner holds
 // (the log-flush entries that went before it on the same link may be what
-// was lost). What else a member sends another is cumulative
+// was lost). And a FLUSH from this member's predecessor: a join just before
+// it, whose joiner takes from this member's log what the predecessor sent
+// before the FLUSH; an update lost on the way would never reach the joiner,
+// and the predecessor's next update, to the joiner on a link with no
+// history, is the first of a numbering epoch when a head change came
+// between (lostUpdate cannot tell), so the joiner would take it over the
+// hole (the host simulation found it, chain_host_sim_test.go:
+// TestChainLinkNumberingFindsLostMessages "flush after a lost update").
+// What else a member sends another is cumulative
 // (acknowledgements) or re-sent by the master until answered (orders and
 // their answers), and a pre-copy chunk answers a request that resumes after
 // what the joiner holds.
@@ -515,7 +523,8 @@ func (c *chainCore) carriesUpdates(m chain.Msg) bool {
 	case chain.MsgUpdate, chain.MsgFlushedUpdate:
 		return true
 	case chain.MsgFlush:
-		return c.status().State != chain.Active
+		st := c.status()
+		return st.State != chain.Active || m.From == st.Pred
 	}
 	return false
 }

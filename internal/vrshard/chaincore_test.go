@@ -838,12 +838,78 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 		r.logs = map[uint64][]string{1: logOf(t, b, 1), 3: logOf(t, b, 3)}
 		return r
 	}
+	// flushAfterLoss: a head change, then the new head's first update is
+	// lost on its way to its successor (3), then a node (4) joins between
+	// them. The FLUSH is the next message on the link 2→3; the joiner takes
+	// 3's log (which lacks w2) and then the head's next update, the second
+	// of its numbering epoch, on a link it never heard from before.
+	flushAfterLoss := func(t *testing.T, off bool) run {
+		b := newChainBed(t, 1, 2, 3)
+		for _, c := range b.cores {
+			c.linkGapOff = off
+		}
+		if err := b.propose(1, 7, 1, "w1"); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		b.crash(1)
+		b.pump()
+		dropped := false
+		b.drop = func(m chain.Msg) bool {
+			if !dropped && m.Type == chain.MsgUpdate && m.From == 2 && m.To == 3 {
+				dropped = true
+				return true
+			}
+			return false
+		}
+		if err := b.propose(2, 7, 2, "w2"); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		b.drop = nil
+		if !dropped {
+			t.Fatal("no update went from 2 to 3: the scenario did not happen")
+		}
+		j, err := openChain(chainConfig{Self: 4, Master: bedMaster, Members: []uint64{2, 3}}, core.Boot{LostState: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.linkGapOff = off
+		b.cores[4] = j
+		if err := b.master.Join(4, 3); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		r := run{errs: b.errs[3], rejoins: b.cores[3].rejoins}
+		if r.rejoins > 0 {
+			// What chainmaster does on the member's heartbeat (not a
+			// replica): failed, the chain repaired, joined again.
+			b.master.Fail(3)
+			b.pump()
+			if err := b.master.Join(3, 3); err != nil {
+				t.Fatal(err)
+			}
+			b.pump()
+		}
+		if err := b.propose(headOf(t, b), 7, 3, "w3"); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		r.replies = len(b.replies[2]) + len(b.replies[3])
+		// The chain's members (the joiner's join was aborted by 3's
+		// failure, with the fix; it joins again when it asks).
+		r.logs = map[uint64][]string{}
+		for _, id := range b.master.Members() {
+			r.logs[uint64(id)] = logOf(t, b, uint64(id))
+		}
+		return r
+	}
 	for _, tc := range []struct {
 		name    string
 		run     func(*testing.T, bool) run
 		head    uint64
 		replies int
-	}{{"head change", headChange, 2, 3}, {"log flush", logFlush, 1, 7}} {
+	}{{"head change", headChange, 2, 3}, {"log flush", logFlush, 1, 7}, {"flush after a lost update", flushAfterLoss, 2, 2}} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := tc.run(t, false)
 			t.Logf("errors %v, rejoins %d, logs %v, %d replies", r.errs, r.rejoins, r.logs, r.replies)
