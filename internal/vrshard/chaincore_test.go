@@ -733,7 +733,7 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 	headChange := func(t *testing.T, off bool) run {
 		b := newChainBed(t, 1, 2, 3)
 		for _, c := range b.cores {
-			c.linkGapOff = off
+			c.linkGapOff, c.epochGapOff = off, off
 		}
 		if err := b.propose(1, 7, 1, "w1"); err != nil {
 			t.Fatal(err)
@@ -780,7 +780,7 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 	logFlush := func(t *testing.T, off bool) run {
 		b := newChainBed(t, 1, 2)
 		for _, c := range b.cores {
-			c.linkGapOff = off
+			c.linkGapOff, c.epochGapOff = off, off
 		}
 		for i := uint64(1); i <= 3; i++ {
 			if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
@@ -792,7 +792,7 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		j.linkGapOff = off
+		j.linkGapOff, j.epochGapOff = off, off
 		b.cores[3] = j
 		if err := b.master.Join(3, 2); err != nil {
 			t.Fatal(err)
@@ -846,7 +846,7 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 	flushAfterLoss := func(t *testing.T, off bool) run {
 		b := newChainBed(t, 1, 2, 3)
 		for _, c := range b.cores {
-			c.linkGapOff = off
+			c.linkGapOff, c.epochGapOff = off, off
 		}
 		if err := b.propose(1, 7, 1, "w1"); err != nil {
 			t.Fatal(err)
@@ -874,7 +874,7 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		j.linkGapOff = off
+		j.linkGapOff, j.epochGapOff = off, off
 		b.cores[4] = j
 		if err := b.master.Join(4, 3); err != nil {
 			t.Fatal(err)
@@ -904,12 +904,77 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 		}
 		return r
 	}
+	// joinerFirstLost: a head change, a node (4) joins between the new
+	// head and its successor, and the head's first update — the first of
+	// its numbering epoch, and the first message the joiner ever hears
+	// from it — is lost on the way to the joiner: the link numbering takes
+	// the next one as its baseline.
+	joinerFirstLost := func(t *testing.T, off bool) run {
+		b := newChainBed(t, 1, 2, 3)
+		for _, c := range b.cores {
+			c.linkGapOff, c.epochGapOff = off, off
+		}
+		if err := b.propose(1, 7, 1, "w1"); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		b.crash(1)
+		b.pump()
+		j, err := openChain(chainConfig{Self: 4, Master: bedMaster, Members: []uint64{2, 3}}, core.Boot{LostState: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.linkGapOff, j.epochGapOff = off, off
+		b.cores[4] = j
+		if err := b.master.Join(4, 3); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		if ms := b.master.Members(); !slices.Equal(ms, []chain.NodeID{2, 4, 3}) {
+			t.Fatalf("chain %v after the join, want [2 4 3]", ms)
+		}
+		dropped := false
+		b.drop = func(m chain.Msg) bool {
+			if !dropped && m.Type == chain.MsgUpdate && m.From == 2 && m.To == 4 {
+				dropped = true
+				return true
+			}
+			return false
+		}
+		for i := uint64(2); i <= 3; i++ {
+			if err := b.propose(2, 7, i, fmt.Sprint("w", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.pump()
+		b.drop = nil
+		r := run{errs: b.errs[4], rejoins: b.cores[4].rejoins}
+		if r.rejoins > 0 {
+			b.master.Fail(4)
+			b.pump()
+			if err := b.master.Join(4, 3); err != nil {
+				t.Fatal(err)
+			}
+			b.pump()
+		}
+		if err := b.propose(headOf(t, b), 7, 4, "w4"); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		r.replies = len(b.replies[2])
+		r.logs = map[uint64][]string{}
+		for _, id := range b.master.Members() {
+			r.logs[uint64(id)] = logOf(t, b, uint64(id))
+		}
+		return r
+	}
 	for _, tc := range []struct {
 		name    string
 		run     func(*testing.T, bool) run
 		head    uint64
 		replies int
-	}{{"head change", headChange, 2, 3}, {"log flush", logFlush, 1, 7}, {"flush after a lost update", flushAfterLoss, 2, 2}} {
+	}{{"head change", headChange, 2, 3}, {"log flush", logFlush, 1, 7}, {"flush after a lost update", flushAfterLoss, 2, 2},
+		{"joiner's first update lost", joinerFirstLost, 2, 3}} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := tc.run(t, false)
 			t.Logf("errors %v, rejoins %d, logs %v, %d replies", r.errs, r.rejoins, r.logs, r.replies)
