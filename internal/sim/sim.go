@@ -132,6 +132,7 @@ type Sim struct {
 	trace    io.Writer
 	err      error
 	lastInv  int64
+	cuts     []time.Duration // PowerCuts' times
 }
 
 const walName = "/wal"

@@ -717,6 +717,9 @@ type hostClient struct {
 	tr          *vr.NilextTracker
 	directTicks int
 	ordered     bool
+	// strongAnywhere: linearizable reads go to the replicas in turn too
+	// (a chain's members serve them, CRAQ-style; chain_host_sim_test.go).
+	strongAnywhere bool
 }
 
 // hostDirectTimeout is how many ticks a direct update waits for a
@@ -756,7 +759,7 @@ func (c *hostClient) sendFirst() {
 			return
 		}
 	}
-	if c.op.Kind == check.Get && !c.op.Cons.IsZero() && c.op.Cons.Kind != level.Linearizable {
+	if c.op.Kind == check.Get && (c.strongAnywhere || !c.op.Cons.IsZero() && c.op.Cons.Kind != level.Linearizable) {
 		c.retry = 0
 		to := sim.Addr(c.seq % uint64(c.n))
 		c.out.Messages = append(c.out.Messages, sim.Envelope{To: to, Msg: hostReq{Seq: c.seq, Op: c.op, Session: c.sess}})
