@@ -289,12 +289,15 @@ func TestHostSimChain(t *testing.T) {
 		c      hostChain
 		faults hostChainFaults
 	}{
-		// One member crashes at a time: nothing lost, whatever the stores
-		// (M-M-M: nothing while one member survives).
+		// One member crashes at a time: nothing lost. (Not M-M-M: the
+		// swarm's failed fsyncs and partitions can take down the one member
+		// holding the data while the others, rejoined empty, still copy —
+		// everything lost, as the table has it for a crash of every member;
+		// 1 seed in 300. D-D-M fails 1 seed in 300 with KEFIR_SOAK, not
+		// analysed yet: design/chain.md.)
 		{hostChain{mode: chain.SU, stores: [3]ChainStore{D, D, D}}, chainSwarm},
 		{hostChain{mode: chain.AUSI, stores: [3]ChainStore{D, D, D}}, chainSwarm},
 		{hostChain{mode: chain.SU, stores: [3]ChainStore{D, D, M}}, chainSwarm},
-		{hostChain{mode: chain.SU, stores: [3]ChainStore{M, M, M}}, chainSwarm},
 		// Power cuts of every member: nothing lost on D-D-D, SU or AUSI
 		// (sync writes: answered at the durable point), under the swarm
 		// too — any member left is a log.
@@ -419,7 +422,7 @@ func TestHostSimChainMutations(t *testing.T) {
 		seeds  [2]uint64
 		soak   bool
 	}{
-		{"chainTailCommitLags", hostChain{mode: chain.SU}, chainSwarmCuts, mutations{chainTailCommitLags: true}, 0, [2]uint64{1, 300}, false},
+		{"chainTailCommitLags", hostChain{mode: chain.SU}, chainCutsOnly, mutations{chainTailCommitLags: true}, 0, [2]uint64{1, 300}, false},
 		{"chainReadDirty", hostChain{mode: chain.SU}, chainSwarm, mutations{chainReadDirty: true}, 0, [2]uint64{1, 30}, false},
 		{"chainCommitSyncOff", hostChain{mode: chain.SU, stores: [3]ChainStore{D, D, M}}, chainCutsOnly, mutations{chainCommitSyncOff: true},
 			hostChainWindow, [2]uint64{1, 300}, true},
