@@ -293,8 +293,8 @@ func TestHostSimChain(t *testing.T) {
 		// swarm's failed fsyncs and partitions can take down the one member
 		// holding the data while the others, rejoined empty, still copy —
 		// everything lost, as the table has it for a crash of every member;
-		// 1 seed in 300. D-D-M fails 1 seed in 300 with KEFIR_SOAK, not
-		// analysed yet: design/chain.md.)
+		// 1 seed in 300. D-D-M fails 1 seed in 300 with KEFIR_SOAK: a value
+		// read at the memory tail, lost with it, design/chain.md "Left".)
 		{hostChain{mode: chain.SU, stores: [3]ChainStore{D, D, D}}, chainSwarm},
 		{hostChain{mode: chain.AUSI, stores: [3]ChainStore{D, D, D}}, chainSwarm},
 		{hostChain{mode: chain.SU, stores: [3]ChainStore{D, D, M}}, chainSwarm},
