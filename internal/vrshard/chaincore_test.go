@@ -323,14 +323,7 @@ func TestChainCoreLostUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.pump()
-	dropped := false
-	b.drop = func(m chain.Msg) bool {
-		if !dropped && m.Type == chain.MsgUpdate && m.From == 1 && m.To == 2 {
-			dropped = true
-			return true
-		}
-		return false
-	}
+	b.dropFirstUpdate(1, 2)
 	for i := uint64(2); i <= 3; i++ {
 		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
 			t.Fatal(err)
@@ -784,14 +777,7 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 		if !b.cores[2].isHead() {
 			t.Fatalf("member 2 did not become the head: %+v", b.cores[2].status())
 		}
-		dropped := false
-		b.drop = func(m chain.Msg) bool {
-			if !dropped && m.Type == chain.MsgUpdate && m.From == 2 && m.To == 3 {
-				dropped = true
-				return true
-			}
-			return false
-		}
+		b.dropFirstUpdate(2, 3)
 		for i := uint64(2); i <= 3; i++ {
 			if err := b.propose(2, 7, i, fmt.Sprint("w", i)); err != nil {
 				t.Fatal(err)
@@ -875,20 +861,13 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 	// of its numbering epoch, on a link it never heard from before.
 	flushAfterLoss := func(t *testing.T, off bool) run {
 		b := headChangedBed(t, off)
-		dropped := false
-		b.drop = func(m chain.Msg) bool {
-			if !dropped && m.Type == chain.MsgUpdate && m.From == 2 && m.To == 3 {
-				dropped = true
-				return true
-			}
-			return false
-		}
+		dropped := b.dropFirstUpdate(2, 3)
 		if err := b.propose(2, 7, 2, "w2"); err != nil {
 			t.Fatal(err)
 		}
 		b.pump()
 		b.drop = nil
-		if !dropped {
+		if !*dropped {
 			t.Fatal("no update went from 2 to 3: the scenario did not happen")
 		}
 		b.joinNew(t, 4, []uint64{2, 3}, 3, off)
@@ -922,14 +901,7 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 		if ms := b.master.Members(); !slices.Equal(ms, []chain.NodeID{2, 4, 3}) {
 			t.Fatalf("chain %v after the join, want [2 4 3]", ms)
 		}
-		dropped := false
-		b.drop = func(m chain.Msg) bool {
-			if !dropped && m.Type == chain.MsgUpdate && m.From == 2 && m.To == 4 {
-				dropped = true
-				return true
-			}
-			return false
-		}
+		dropped := b.dropFirstUpdate(2, 4)
 		for i := uint64(2); i <= 3; i++ {
 			if err := b.propose(2, 7, i, fmt.Sprint("w", i)); err != nil {
 				t.Fatal(err)
@@ -937,6 +909,9 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 		}
 		b.pump()
 		b.drop = nil
+		if !*dropped {
+			t.Fatal("no update went from 2 to 4: the scenario did not happen")
+		}
 		r := run{errs: b.errs[4], rejoins: b.cores[4].rejoins}
 		if r.rejoins > 0 {
 			b.failAndJoin(t, 4, 3)
@@ -1033,6 +1008,20 @@ func (b *chainBed) failAndJoin(t *testing.T, id chain.NodeID, length int) {
 		t.Fatal(err)
 	}
 	b.pump()
+}
+
+// dropFirstUpdate loses the next update from member from to member to
+// (and only it); the flag says whether one went.
+func (b *chainBed) dropFirstUpdate(from, to chain.NodeID) *bool {
+	dropped := new(bool)
+	b.drop = func(m chain.Msg) bool {
+		if !*dropped && m.Type == chain.MsgUpdate && m.From == from && m.To == to {
+			*dropped = true
+			return true
+		}
+		return false
+	}
+	return dropped
 }
 
 // headOf is the bed's head.
