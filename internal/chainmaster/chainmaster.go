@@ -343,8 +343,32 @@ func Start(cfg Config) (*Master, error) {
 	return x, nil
 }
 
+// NewStepped is a master that runs no goroutine: its caller hands it the
+// members' messages (Step) and its ticks (Tick) on one goroutine, on the
+// caller's clock now — the deterministic simulator's (internal/vrshard's
+// host simulation runs chains with it) — where Start's goroutine takes them
+// from the transport and a ticker on time.Now. It is the same master, every
+// decision (when a member is failed, a joiner given up on, an order sent
+// again, a restart made) its step and tick: only the driver differs.
+// Config.Send carries its messages (Transport is not used).
+func NewStepped(cfg Config, now func() time.Time) (*Master, error) {
+	if cfg.Send == nil {
+		return nil, fmt.Errorf("chainmaster: node %d: a stepped master needs Config.Send", cfg.Self)
+	}
+	return newMaster(cfg, now)
+}
+
+// Step takes members' messages, as the running master takes what Deliver
+// queued (a stepped master's; NewStepped).
+func (x *Master) Step(msgs []chain.Msg) { x.step(msgs) }
+
+// Tick is the master's tick on its clock, which the running master takes
+// every Heartbeat from its ticker (a stepped master's; NewStepped).
+func (x *Master) Tick() { x.tick(x.now()) }
+
 // newMaster is a master that is not running yet, on clock now: Start runs
-// it; a test drives its step and tick itself, on a clock of its own.
+// it; NewStepped's caller, or a test, drives its step and tick itself, on
+// a clock of its own.
 func newMaster(cfg Config, now func() time.Time) (*Master, error) {
 	if cfg.As == 0 {
 		cfg.As = cfg.Self

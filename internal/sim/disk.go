@@ -181,6 +181,7 @@ func (s *Sim) PowerCuts(last time.Duration) {
 		if s.Now() > last {
 			return
 		}
+		s.cuts = append(s.cuts, s.Now())
 		s.CrashAll()
 		s.After(20*time.Millisecond, func() {
 			for i := range s.replicas {
@@ -191,6 +192,9 @@ func (s *Sim) PowerCuts(last time.Duration) {
 	}
 	s.After(time.Duration(100+s.Rand().IntN(300))*time.Millisecond, cut)
 }
+
+// Cuts are the times of the power cuts PowerCuts made so far.
+func (s *Sim) Cuts() []time.Duration { return s.cuts }
 
 // Restart brings replica i back from its disk.
 func (s *Sim) Restart(i int) {

@@ -40,6 +40,21 @@ type linkState struct {
 	blocked bool   // partitioned: messages are dropped (checked at send and at delivery)
 	held    bool   // messages queue up until Release
 	queued  []item // held messages
+	// last: when the last message sent on the link is delivered
+	// (Options.FIFO).
+	last int64
+}
+
+// deliverAt sets it's delivery time: now plus a link delay, and with
+// Options.FIFO no earlier than the message sent before it on the link (a
+// message at the same time is delivered after it: the queue orders ties by
+// when they were scheduled).
+func (s *Sim) deliverAt(l *linkState, it *item) {
+	it.at = s.now + l.Delay.sample(s.rng)
+	if s.o.FIFO {
+		it.at = max(it.at, l.last)
+		l.last = it.at
+	}
 }
 
 func (s *Sim) link(from, to Addr) *linkState {
@@ -155,7 +170,7 @@ func (s *Sim) Release(from, to Addr) {
 	q := l.queued
 	l.queued = nil
 	for _, it := range q {
-		it.at = s.now + l.Delay.sample(s.rng)
+		s.deliverAt(l, &it)
 		s.schedule(it)
 	}
 }
@@ -186,11 +201,11 @@ func (s *Sim) send(from, to Addr, msg any) {
 		l.queued = append(l.queued, it)
 		return
 	}
-	it.at = s.now + l.Delay.sample(s.rng)
+	s.deliverAt(l, &it)
 	s.schedule(it)
 	if l.Dup > 0 && s.rng.Float64() < l.Dup {
 		s.stats.Duplicated++
-		it.at = s.now + l.Delay.sample(s.rng)
+		s.deliverAt(l, &it)
 		s.schedule(it)
 	}
 }

@@ -24,6 +24,14 @@ type Options struct {
 
 	// Net is every link's initial behaviour (client links included).
 	Net Link
+	// FIFO: every link delivers in the order messages were sent on it (a
+	// duplicate too, after the original), as a TCP connection does; a
+	// message may still be lost (Link.Drop, a partition, a crash). Without
+	// it each message has its own delay and links reorder, which VR
+	// tolerates; the chain engine assumes FIFO links (docs/design/chain.md,
+	// "What the host does not give the chain") and numbers its messages to
+	// detect a loss, not a reordering.
+	FIFO bool
 	// Tick is the nominal tick interval (default 1ms).
 	Tick time.Duration
 	// MaxDrift bounds each node's clock rate error: a node's clock runs at
@@ -124,6 +132,7 @@ type Sim struct {
 	trace    io.Writer
 	err      error
 	lastInv  int64
+	cuts     []time.Duration // PowerCuts' times
 }
 
 const walName = "/wal"

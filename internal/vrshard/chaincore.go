@@ -76,6 +76,17 @@ type chainCore struct {
 	// savedCommit: the commit point the hard state last recorded. Every
 	// Ready that advances it records it (Ready says why).
 	savedCommit int
+	// A log member's commit point written with no fsync of its own (a
+	// Ready with only a hard state): hsDirty until a batch's fsync covers
+	// it; hsSince, the first tick that found it so (0: none yet); hsSync,
+	// the next Ready fsyncs it (Tick, after chainCommitSyncIdle).
+	hsDirty bool
+	hsSince int64
+	hsSync  bool
+	// commitSyncOff (-tags mutations): no fsync after an idle spell, the
+	// code before (a power cut after a pause in the writes takes the last
+	// commit points).
+	commitSyncOff bool
 
 	// clients is kv's client table, under VR's count rule (vr.MaxClients):
 	// every member drops the same records at the same op.
@@ -122,6 +133,10 @@ type chainCore struct {
 	// linkGapOff (-tags mutations): a gap on a link is not acted on, the
 	// code before the numbering.
 	linkGapOff bool
+	// epochGapOff (-tags mutations): an update of a newer numbering epoch
+	// than the member's LU is taken whatever its number (lostUpdate), the
+	// code before the host simulation ran chains.
+	epochGapOff bool
 	// readLeaseForever (-tags mutations): the head's read lease
 	// (readLease) ignores the master's lease.
 	readLeaseForever bool
@@ -503,7 +518,15 @@ func (c *chainCore) linkGap(m chain.Msg) (gapped, stale bool) {
 // (or a joiner's relay) or a log-flush entry, and at a joiner also the FLUSH
 // coming back round from the old tail, which merges what the joiner holds
 // (the log-flush entries that went before it on the same link may be what
-// was lost). What else a member sends another is cumulative
+// was lost). And a FLUSH from this member's predecessor: a join just before
+// it, whose joiner takes from this member's log what the predecessor sent
+// before the FLUSH; an update lost on the way would never reach the joiner,
+// and the predecessor's next update, to the joiner on a link with no
+// history, is the first of a numbering epoch when a head change came
+// between (lostUpdate cannot tell), so the joiner would take it over the
+// hole (the host simulation found it, chain_host_sim_test.go:
+// TestChainLinkNumberingFindsLostMessages "flush after a lost update").
+// What else a member sends another is cumulative
 // (acknowledgements) or re-sent by the master until answered (orders and
 // their answers), and a pre-copy chunk answers a request that resumes after
 // what the joiner holds.
@@ -515,7 +538,8 @@ func (c *chainCore) carriesUpdates(m chain.Msg) bool {
 	case chain.MsgUpdate, chain.MsgFlushedUpdate:
 		return true
 	case chain.MsgFlush:
-		return c.status().State != chain.Active
+		st := c.status()
+		return st.State != chain.Active || m.From == st.Pred
 	}
 	return false
 }
@@ -527,20 +551,31 @@ func (c *chainCore) carriesUpdates(m chain.Msg) bool {
 // active member's next update from its predecessor in the same epoch is
 // always LU+1. The chain assumes reliable links; the node transport drops a
 // message when a peer's queue overflows or a connection is re-dialled.
-// (Across epochs — a new head — a gap is not detected.) An active member
-// holding nothing (LU 0) has been in the chain since before its first
-// update, so its first is the first a head numbered in its epoch (n = 1);
-// any other is a gap — also what a wiped disk started as a member
-// (--bootstrap) sees, which must not serve from an empty history.
+// Across numbering epochs (a new head) the next update is the first the
+// new head numbered (n = 1): a head numbers from its epoch's base, and every
+// member passes on, and a repair re-sends, in order, so a member that holds
+// nothing of a newer epoch takes its first update first; any other number
+// is a gap. The link numbering (linkGap) cannot see that one when the link
+// is new to the receiver — a joiner's first update from its new
+// predecessor, or a restarted member's — and the first update is what was
+// lost (the host simulation found both, chain_host_sim_test.go). An active
+// member holding nothing (LU 0) has been in the chain since before its
+// first update, so its first is n = 1 too; any other is a gap — also what
+// a wiped disk started as a member (--bootstrap) sees, which must not
+// serve from an empty history. (Not detected: every update of a whole
+// numbering epoch lost, the next epoch's first arriving.)
 func (c *chainCore) lostUpdate(m chain.Msg) bool {
 	s := c.status()
 	if s.State != chain.Active || m.From != s.Pred || m.From == chain.NodeID(c.master) || m.Seq <= s.LU {
 		return false
 	}
-	if s.LU == 0 {
+	if m.Seq>>chainSeqBits != s.LU>>chainSeqBits {
+		if mutation.On && c.epochGapOff && s.LU != 0 {
+			return false
+		}
 		return m.Seq&(1<<chainSeqBits-1) != 1
 	}
-	return m.Seq>>chainSeqBits == s.LU>>chainSeqBits && m.Seq != s.LU+1
+	return m.Seq != s.LU+1
 }
 
 // rejoin makes this member a joiner again after a lost update: it keeps
@@ -682,8 +717,23 @@ func (c *chainCore) leased(now int64) bool { return c.lease == 0 || now < c.leas
 
 func (c *chainCore) Heard(int64, uint64) {}
 
+// chainCommitSyncIdle is how long a log member's commit point, written on
+// its own (no batch since to fsync it), waits before the member fsyncs it
+// by itself: while writes flow the next batch's fsync carries it, and a
+// pause in the writes no longer leaves the last answered writes to a power
+// cut for as long as the pause lasts (D-M, D-D-M: the loss table's window
+// is at most this, plus the fsync).
+const chainCommitSyncIdle = 5 * time.Millisecond
+
 func (c *chainCore) Tick(now int64) {
 	c.m.Tick(now)
+	if c.hsDirty && !(mutation.On && c.commitSyncOff) {
+		if c.hsSince == 0 {
+			c.hsSince = now
+		} else if now-c.hsSince >= int64(chainCommitSyncIdle) {
+			c.hsSync = true
+		}
+	}
 	if c.beat > 0 && now-c.lastBeat >= c.beat {
 		c.lastBeat = now
 		c.beatSeq++
@@ -929,7 +979,18 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 		c.out.HardState = &hs
 		c.savedCommit = saved
 	}
-	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil {
+	if c.hsSync && c.out.HardState == nil {
+		// The host fsyncs what it writes (a batch with only a PersistSeq
+		// writes nothing and starts no fsync): the commit point again.
+		hs := core.HardState{View: c.status().Epoch, Commit: uint64(c.savedCommit)}
+		c.out.HardState = &hs
+	}
+	if c.out.HardState != nil && c.mcfg.Store == chain.Log {
+		c.hsDirty = true
+	}
+	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil || c.hsSync {
+		// A batch: its fsync covers the hard state written before it.
+		c.hsDirty, c.hsSince, c.hsSync = false, 0, false
 		c.seq++
 		c.out.PersistSeq = c.seq
 		_, last := c.m.Base()

@@ -323,14 +323,7 @@ func TestChainCoreLostUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.pump()
-	dropped := false
-	b.drop = func(m chain.Msg) bool {
-		if !dropped && m.Type == chain.MsgUpdate && m.From == 1 && m.To == 2 {
-			dropped = true
-			return true
-		}
-		return false
-	}
+	b.dropFirstUpdate(1, 2)
 	for i := uint64(2); i <= 3; i++ {
 		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
 			t.Fatal(err)
@@ -614,6 +607,32 @@ func TestChainWipedBootstrappedMemberDoesNotServe(t *testing.T) {
 	}
 }
 
+// storeBed is a bed of three members with the given stores (tune adjusts
+// each core) whose head answered three writes, w1 to w3.
+func storeBed(t *testing.T, stores [3]ChainStore, tune func(*chainCore)) *chainBed {
+	t.Helper()
+	b := newChainBed(t, 1, 2, 3)
+	for i, st := range stores {
+		id := uint64(i + 1)
+		c, err := openChain(chainConfig{Self: id, Master: bedMaster, Members: []uint64{1, 2, 3}, Store: st}, core.Boot{Bootstrap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tune(c)
+		b.cores[id] = c
+	}
+	for i := uint64(1); i <= 3; i++ {
+		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+	}
+	if n := len(b.replies[1]); n != 3 {
+		t.Fatalf("%d writes answered, want 3", n)
+	}
+	return b
+}
+
 // TestChainSavesItsCommitPointAtOnce: every member writes an advanced
 // commit point with the Ready that advances it — before the replies it
 // releases — whatever its store, so after a kill -9 of every member the
@@ -626,25 +645,7 @@ func TestChainWipedBootstrappedMemberDoesNotServe(t *testing.T) {
 // restarts without the last write.
 func TestChainSavesItsCommitPointAtOnce(t *testing.T) {
 	run := func(t *testing.T, stores [3]ChainStore, lazy bool) (kept int) {
-		b := newChainBed(t, 1, 2, 3)
-		for i, st := range stores {
-			id := uint64(i + 1)
-			c, err := openChain(chainConfig{Self: id, Master: bedMaster, Members: []uint64{1, 2, 3}, Store: st}, core.Boot{Bootstrap: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.commitLazy = lazy
-			b.cores[id] = c
-		}
-		for i := uint64(1); i <= 3; i++ {
-			if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
-				t.Fatal(err)
-			}
-			b.pump()
-		}
-		if n := len(b.replies[1]); n != 3 {
-			t.Fatalf("%d writes answered, want 3", n)
-		}
+		b := storeBed(t, stores, func(c *chainCore) { c.commitLazy = lazy })
 		if !lazy {
 			for _, id := range []uint64{1, 2} {
 				if got := b.hs[id].Commit; got != 3 {
@@ -671,6 +672,47 @@ func TestChainSavesItsCommitPointAtOnce(t *testing.T) {
 				t.Fatal("commitLazy not caught: the restarted head keeps every answered write")
 			}
 		})
+	}
+}
+
+// TestChainSyncsItsCommitPointWhenIdle: a log member's commit point,
+// written on its own after the writes stop (the head's, from the last
+// acknowledgement), is fsynced after an idle spell of chainCommitSyncIdle,
+// so a power cut after a pause keeps every answered write (D-D-M: the
+// memory tail keeps none; the whole chain restarts from the head's durable
+// history). Without it (the mutation commitSyncOff) the commit point waits
+// for the next batch, and a power cut during the pause takes the last
+// answered writes however long it lasts.
+func TestChainSyncsItsCommitPointWhenIdle(t *testing.T) {
+	run := func(t *testing.T, off bool) (synced uint64, kept int) {
+		stores := [3]ChainStore{ChainLog, ChainLog, ChainMemory}
+		b := storeBed(t, stores, func(c *chainCore) { c.commitSyncOff = off })
+		if got := b.synced[1].Commit; got >= 3 {
+			t.Fatalf("the head's commit point %d is durable before any idle tick: the scenario did not happen", got)
+		}
+		// The writes stop: ticks, a millisecond apart, for twice the idle spell.
+		for now := int64(time.Millisecond); now <= 2*int64(chainCommitSyncIdle); now += int64(time.Millisecond) {
+			for _, id := range []uint64{1, 2, 3} {
+				b.cores[id].Tick(now)
+			}
+			b.pump()
+		}
+		// The power goes: the head restarts from what it fsynced.
+		c, err := openChain(chainConfig{Self: 1, Master: bedMaster, Members: []uint64{1, 2, 3}, Store: stores[0]},
+			core.Boot{HardState: b.synced[1], Entries: b.disk[1]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.synced[1].Commit, len(c.m.History())
+	}
+	if synced, kept := run(t, false); synced != 3 || kept != 3 {
+		t.Fatalf("after the idle spell the head's durable commit point is %d and a power cut keeps %d entries, want 3 and 3", synced, kept)
+	}
+	if !mutation.On {
+		return
+	}
+	if synced, kept := run(t, true); synced >= 3 || kept >= 3 {
+		t.Fatalf("commitSyncOff not caught: durable commit point %d, %d entries kept", synced, kept)
 	}
 }
 
@@ -731,27 +773,11 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 		return out
 	}
 	headChange := func(t *testing.T, off bool) run {
-		b := newChainBed(t, 1, 2, 3)
-		for _, c := range b.cores {
-			c.linkGapOff = off
-		}
-		if err := b.propose(1, 7, 1, "w1"); err != nil {
-			t.Fatal(err)
-		}
-		b.pump()
-		b.crash(1)
-		b.pump()
+		b := headChangedBed(t, off)
 		if !b.cores[2].isHead() {
 			t.Fatalf("member 2 did not become the head: %+v", b.cores[2].status())
 		}
-		dropped := false
-		b.drop = func(m chain.Msg) bool {
-			if !dropped && m.Type == chain.MsgUpdate && m.From == 2 && m.To == 3 {
-				dropped = true
-				return true
-			}
-			return false
-		}
+		b.dropFirstUpdate(2, 3)
 		for i := uint64(2); i <= 3; i++ {
 			if err := b.propose(2, 7, i, fmt.Sprint("w", i)); err != nil {
 				t.Fatal(err)
@@ -761,12 +787,7 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 		r := run{errs: b.errs[3], rejoins: b.cores[3].rejoins}
 		if r.rejoins > 0 {
 			// What chainmaster does on the joiner's heartbeat.
-			b.master.Fail(3)
-			b.pump()
-			if err := b.master.Join(3, 1); err != nil {
-				t.Fatal(err)
-			}
-			b.pump()
+			b.failAndJoin(t, 3, 1)
 		}
 		h := headOf(t, b)
 		if err := b.propose(h, 7, 4, "w4"); err != nil {
@@ -780,7 +801,7 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 	logFlush := func(t *testing.T, off bool) run {
 		b := newChainBed(t, 1, 2)
 		for _, c := range b.cores {
-			c.linkGapOff = off
+			c.linkGapOff, c.epochGapOff = off, off
 		}
 		for i := uint64(1); i <= 3; i++ {
 			if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
@@ -792,7 +813,7 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		j.linkGapOff = off
+		j.linkGapOff, j.epochGapOff = off, off
 		b.cores[3] = j
 		if err := b.master.Join(3, 2); err != nil {
 			t.Fatal(err)
@@ -820,12 +841,7 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 		if r.rejoins > 0 {
 			// What chainmaster does on the joiner's heartbeat (it says it
 			// is not joining): the join is aborted, then started afresh.
-			b.master.Fail(3)
-			b.pump()
-			if err := b.master.Join(3, 2); err != nil {
-				t.Fatal(err)
-			}
-			b.pump()
+			b.failAndJoin(t, 3, 2)
 		}
 		if !dropped {
 			t.Fatal("no log-flush entry went to the joiner: the scenario did not happen")
@@ -838,12 +854,86 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 		r.logs = map[uint64][]string{1: logOf(t, b, 1), 3: logOf(t, b, 3)}
 		return r
 	}
+	// flushAfterLoss: a head change, then the new head's first update is
+	// lost on its way to its successor (3), then a node (4) joins between
+	// them. The FLUSH is the next message on the link 2→3; the joiner takes
+	// 3's log (which lacks w2) and then the head's next update, the second
+	// of its numbering epoch, on a link it never heard from before.
+	flushAfterLoss := func(t *testing.T, off bool) run {
+		b := headChangedBed(t, off)
+		dropped := b.dropFirstUpdate(2, 3)
+		if err := b.propose(2, 7, 2, "w2"); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		b.drop = nil
+		if !*dropped {
+			t.Fatal("no update went from 2 to 3: the scenario did not happen")
+		}
+		b.joinNew(t, 4, []uint64{2, 3}, 3, off)
+		r := run{errs: b.errs[3], rejoins: b.cores[3].rejoins}
+		if r.rejoins > 0 {
+			// What chainmaster does on the member's heartbeat (not a
+			// replica): failed, the chain repaired, joined again.
+			b.failAndJoin(t, 3, 3)
+		}
+		if err := b.propose(headOf(t, b), 7, 3, "w3"); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		r.replies = len(b.replies[2]) + len(b.replies[3])
+		// The chain's members (the joiner's join was aborted by 3's
+		// failure, with the fix; it joins again when it asks).
+		r.logs = map[uint64][]string{}
+		for _, id := range b.master.Members() {
+			r.logs[uint64(id)] = logOf(t, b, uint64(id))
+		}
+		return r
+	}
+	// joinerFirstLost: a head change, a node (4) joins between the new
+	// head and its successor, and the head's first update — the first of
+	// its numbering epoch, and the first message the joiner ever hears
+	// from it — is lost on the way to the joiner: the link numbering takes
+	// the next one as its baseline.
+	joinerFirstLost := func(t *testing.T, off bool) run {
+		b := headChangedBed(t, off)
+		b.joinNew(t, 4, []uint64{2, 3}, 3, off)
+		if ms := b.master.Members(); !slices.Equal(ms, []chain.NodeID{2, 4, 3}) {
+			t.Fatalf("chain %v after the join, want [2 4 3]", ms)
+		}
+		dropped := b.dropFirstUpdate(2, 4)
+		for i := uint64(2); i <= 3; i++ {
+			if err := b.propose(2, 7, i, fmt.Sprint("w", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.pump()
+		b.drop = nil
+		if !*dropped {
+			t.Fatal("no update went from 2 to 4: the scenario did not happen")
+		}
+		r := run{errs: b.errs[4], rejoins: b.cores[4].rejoins}
+		if r.rejoins > 0 {
+			b.failAndJoin(t, 4, 3)
+		}
+		if err := b.propose(headOf(t, b), 7, 4, "w4"); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		r.replies = len(b.replies[2])
+		r.logs = map[uint64][]string{}
+		for _, id := range b.master.Members() {
+			r.logs[uint64(id)] = logOf(t, b, uint64(id))
+		}
+		return r
+	}
 	for _, tc := range []struct {
 		name    string
 		run     func(*testing.T, bool) run
 		head    uint64
 		replies int
-	}{{"head change", headChange, 2, 3}, {"log flush", logFlush, 1, 7}} {
+	}{{"head change", headChange, 2, 3}, {"log flush", logFlush, 1, 7}, {"flush after a lost update", flushAfterLoss, 2, 2},
+		{"joiner's first update lost", joinerFirstLost, 2, 3}} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := tc.run(t, false)
 			t.Logf("errors %v, rejoins %d, logs %v, %d replies", r.errs, r.rejoins, r.logs, r.replies)
@@ -872,6 +962,66 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 			}
 		})
 	}
+}
+
+// headChangedBed is a bed of three members, gap detection off with off,
+// whose head (1) answered w1 and crashed: member 2 heads the chain [2 3].
+func headChangedBed(t *testing.T, off bool) *chainBed {
+	t.Helper()
+	b := newChainBed(t, 1, 2, 3)
+	for _, c := range b.cores {
+		c.linkGapOff, c.epochGapOff = off, off
+	}
+	if err := b.propose(1, 7, 1, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	b.crash(1)
+	b.pump()
+	return b
+}
+
+// joinNew opens member id holding nothing (of a chain of members), gap
+// detection off with off, and has the master join it keeping length.
+func (b *chainBed) joinNew(t *testing.T, id uint64, members []uint64, length int, off bool) {
+	t.Helper()
+	j, err := openChain(chainConfig{Self: id, Master: bedMaster, Members: members}, core.Boot{LostState: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.linkGapOff, j.epochGapOff = off, off
+	b.cores[id] = j
+	if err := b.master.Join(chain.NodeID(id), length); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+}
+
+// failAndJoin is what chainmaster does on the heartbeat of a member that
+// rejoined (it says it is not a replica): it fails it, the chain is
+// repaired around it, and joins it again keeping length.
+func (b *chainBed) failAndJoin(t *testing.T, id chain.NodeID, length int) {
+	t.Helper()
+	b.master.Fail(id)
+	b.pump()
+	if err := b.master.Join(id, length); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+}
+
+// dropFirstUpdate loses the next update from member from to member to
+// (and only it); the flag says whether one went.
+func (b *chainBed) dropFirstUpdate(from, to chain.NodeID) *bool {
+	dropped := new(bool)
+	b.drop = func(m chain.Msg) bool {
+		if !*dropped && m.Type == chain.MsgUpdate && m.From == from && m.To == to {
+			*dropped = true
+			return true
+		}
+		return false
+	}
+	return dropped
 }
 
 // headOf is the bed's head.

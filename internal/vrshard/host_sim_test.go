@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/chainwire"
 	"github.com/kefirdb/kefir/internal/check"
 	"github.com/kefirdb/kefir/internal/frame"
 	"github.com/kefirdb/kefir/internal/kv"
@@ -53,6 +54,13 @@ type hostMsg struct {
 
 // String decodes the message for traces (only a traced run calls it).
 func (m hostMsg) String() string {
+	if m.fm.Engine == frame.EngineChain {
+		msgs, err := chainwire.Decode(m.from, m.to, []frame.Message{m.fm})
+		if err != nil || len(msgs) != 1 {
+			return fmt.Sprintf("chain(%d, %dB, %v)", m.fm.Type, len(m.fm.Body), err)
+		}
+		return msgs[0].String()
+	}
 	msgs, err := wire.Decode(m.from, m.to, []frame.Message{m.fm})
 	if err != nil || len(msgs) != 1 {
 		return fmt.Sprintf("vr(%d, %dB, %v)", m.fm.Type, len(m.fm.Body), err)
@@ -181,6 +189,10 @@ type hostSimOptions struct {
 	// behind a commit in flight and, of those, answered as aborted
 	// (txwait.go).
 	holds *[2]uint64
+	// chain, if set, runs a chain instead of a VR group: the first
+	// hostChainMembers nodes are its members, the next its master
+	// (chain_host_sim_test.go).
+	chain *hostChain
 }
 
 // hostTTL gives the Puts of keys k0 and k1 an expiry 10–200 ms after
@@ -256,6 +268,13 @@ type hostNode struct {
 	// cl is the cluster the replica's node belongs to
 	// (hostSimOptions.cluster; nil: none).
 	cl *simCluster
+	// refusalRedirects: a write the core refused (NotLeaderError: a chain
+	// head without its lease, mapErr) is answered as a redirect, which the
+	// client follows, rather than as an unknown outcome — it was never
+	// proposed (chain_host_sim_test.go: a chain's head refuses writes for
+	// the whole of a repair, and each unknown write would stay open for
+	// ever in the linearizability search).
+	refusalRedirects bool
 }
 
 type hostReqKey struct {
@@ -346,8 +365,14 @@ func newHostNode(o hostSimOptions, seed uint64, trueNow func() int64) sim.BootFa
 		if seen[id] == nil {
 			seen[id] = map[hostReqKey]bool{}
 		}
-		n := &hostNode{id: id, cfg: b.Config, seen: seen[id], deferred: o.deferred, group: 1, cl: o.cluster}
+		if o.chain != nil && id == hostChainMembers {
+			return o.chain.newHostMaster()
+		}
+		n := &hostNode{id: id, cfg: b.Config, seen: seen[id], deferred: o.deferred, group: 1, cl: o.cluster, refusalRedirects: o.chain != nil}
 		members, cluster := hostMembers(b.Config.Replicas), uint64(7)
+		if o.chain != nil {
+			members = hostMembers(hostChainMembers)
+		}
 		if o.groupSize > 0 {
 			first := int(id) / o.groupSize * o.groupSize
 			members, cluster = nil, 7+uint64(first/o.groupSize)
@@ -433,6 +458,9 @@ func newHostNode(o hostSimOptions, seed uint64, trueNow func() int64) sim.BootFa
 		if join != nil {
 			join.open(&opts)
 		}
+		if o.chain != nil {
+			opts.Chain = o.chain.options(id)
+		}
 		r, err := Open(opts)
 		if err != nil {
 			panic(fmt.Sprintf("replica %d: open: %v", id, err))
@@ -493,7 +521,11 @@ func (n *hostNode) Step(ev sim.Event) {
 func (n *hostNode) flush() {
 	n.writes = keepPending(n.writes, func(w hostWrite) bool {
 		done, res, err := writeFinished(w.w)
-		if done {
+		if _, refused := redirectTo(err); done && refused && n.refusalRedirects {
+			// Taken again if the client comes back with it.
+			delete(n.seen, hostReqKey{from: w.from, seq: w.seq})
+			n.redirect(w.from, w.seq, err)
+		} else if done {
 			n.reply(w.from, w.seq, writeOutcome(w.kind, res, err))
 		}
 		return done
@@ -685,6 +717,9 @@ type hostClient struct {
 	tr          *vr.NilextTracker
 	directTicks int
 	ordered     bool
+	// strongAnywhere: linearizable reads go to the replicas in turn too
+	// (a chain's members serve them, CRAQ-style; chain_host_sim_test.go).
+	strongAnywhere bool
 }
 
 // hostDirectTimeout is how many ticks a direct update waits for a
@@ -724,7 +759,7 @@ func (c *hostClient) sendFirst() {
 			return
 		}
 	}
-	if c.op.Kind == check.Get && !c.op.Cons.IsZero() && c.op.Cons.Kind != level.Linearizable {
+	if c.op.Kind == check.Get && (c.strongAnywhere || !c.op.Cons.IsZero() && c.op.Cons.Kind != level.Linearizable) {
 		c.retry = 0
 		to := sim.Addr(c.seq % uint64(c.n))
 		c.out.Messages = append(c.out.Messages, sim.Envelope{To: to, Msg: hostReq{Seq: c.seq, Op: c.op, Session: c.sess}})
