@@ -55,16 +55,14 @@ func sysmonEnv(env []string) ([]string, bool) {
 
 // keepSysmonAwake re-executes the server with sysmonAwake in GODEBUG (the
 // runtime reads schedtrace only at start); same process id, arguments and
-// environment otherwise. /proc/self/exe is the running image even if its
-// file was replaced or removed since (an upgrade in place); elsewhere the
-// executable's path. If the exec fails the server runs as it is.
+// environment otherwise. If the exec fails the server runs as it is.
 func keepSysmonAwake() {
 	env, ok := sysmonEnv(os.Environ())
 	if !ok {
 		return
 	}
-	err := syscall.Exec("/proc/self/exe", os.Args, env)
-	if exe, xerr := os.Executable(); xerr == nil {
+	exe, err := os.Executable()
+	if err == nil {
 		err = syscall.Exec(exe, os.Args, env)
 	}
 	fmt.Fprintf(os.Stderr, "kefir: running without %s in GODEBUG (re-exec: %v)\n", sysmonAwake, err)
