@@ -57,9 +57,6 @@ Exit status: 0 on success; 1 on an error, and for kefir get of a missing key
 `
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "server" {
-		keepSysmonAwake()
-	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
