@@ -108,27 +108,39 @@ func (c *NodeChange) Run(ctx context.Context, cm *kv.ClusterMap, plan []GroupCha
 		// On Meta's transport and clock (a simulation's, under it).
 		gmv := &Mover{Seeds: seeds, Password: mv.Password, TLS: mv.TLS, RetryFor: 30 * time.Second, Transport: mv.Transport, Clock: mv.Clock}
 		name := GroupName(step.Group)
-		if c.Placed {
-			// Placed: a rerun after the group changed but before the map
-			// said so (its leader records it within a second) may place
-			// old's replica elsewhere than the run that changed it; the
-			// group's own configuration decides, so it changes once.
-			if cur, err := gmv.GroupConfigOf(ctx, step.Group); err == nil {
-				step.Members = placedMembers(step.Members, cur.Members, c.Old, PlacedOn(cm, step, c.Old))
+		planned := step.Members
+		// The members the group's last change added must have pulled its
+		// state first (not --force): changing it again while one still
+		// does can leave the new epoch without a working majority. Placed:
+		// a rerun after the group changed but before the map said so (its
+		// leader records it within a second) may place old's replica
+		// elsewhere than the run that changed it, and another change
+		// (an operator's replace-node of another member while the repairer
+		// replaces old) may land meanwhile; the group's own configuration
+		// decides (placedMembers), as it is when the wait is over — the
+		// wait can last CatchUp, and a change landed in it that the
+		// members asked for were not read after would be undone.
+		for range 3 {
+			cur, err := gmv.GroupConfigOf(ctx, step.Group)
+			if err != nil {
+				break // the plan's members; RECONFIG answers for the group
 			}
-		}
-		if c.CatchUp >= 0 { // not --force
-			// The members the group's last change added must have pulled
-			// its state first: changing it again while one still does can
-			// leave the new epoch without a working majority.
+			if c.Placed {
+				step.Members = placedMembers(planned, cur.Members, c.Old, PlacedOn(cm, GroupChange{Group: step.Group, Members: planned}, c.Old))
+			}
 			// A rerun whose change the group already made (the map did not
 			// record it) changes nothing: no wait.
-			if cur, err := gmv.GroupConfigOf(ctx, step.Group); err == nil && !SameIDs(cur.Members, step.Members) {
-				if err := gmv.WaitCaughtUp(ctx, step.Group, cur.Members, cur.Previous, c.Leaving, c.CatchUp, c.Logf); err != nil {
-					gmv.Close()
-					return fmt.Errorf("%s: %w; nothing changed for group %d", cmd, err, step.Group)
-				}
+			if c.CatchUp < 0 || SameIDs(cur.Members, step.Members) {
+				break
 			}
+			if err := gmv.WaitCaughtUp(ctx, step.Group, cur.Members, cur.Previous, c.Leaving, c.CatchUp, c.Logf); err != nil {
+				gmv.Close()
+				return fmt.Errorf("%s: %w; nothing changed for group %d", cmd, err, step.Group)
+			}
+			if again, err := gmv.GroupConfigOf(ctx, step.Group); err != nil || again.Epoch == cur.Epoch {
+				break // unchanged while waited for
+			}
+			// The group changed during the wait: plan against it again.
 		}
 		c.logf("%s: %v -> %v", name, GroupMembersOf(cm, step.Group), step.Members)
 		res, err := gmv.ReconfigureGroup(ctx, step.Group, step.Members)
