@@ -126,7 +126,10 @@ func (c *NodeChange) Run(ctx context.Context, cm *kv.ClusterMap, plan []GroupCha
 				break // the plan's members; RECONFIG answers for the group
 			}
 			if c.Placed {
-				step.Members = placedMembers(planned, cur.Members, c.Old, PlacedOn(cm, GroupChange{Group: step.Group, Members: planned}, c.Old))
+				if step.Members, err = placedMembers(planned, cur.Members, c.Old, PlacedOn(cm, GroupChange{Group: step.Group, Members: planned}, c.Old)); err != nil {
+					gmv.Close()
+					return fmt.Errorf("%s: group %d: %w (rerun the command; nothing changed for it)", cmd, step.Group, err)
+				}
 			}
 			// A rerun whose change the group already made (the map did not
 			// record it) changes nothing: no wait.
@@ -217,19 +220,23 @@ func (c *NodeChange) chainStep(ctx context.Context, step GroupChange) ([]uint64,
 // replace-node of another member while the repairer replaces old), which
 // the plan would undo. A group whose configuration no longer has old — a
 // rerun after it changed but before the map said so, or another replacer
-// of old that came first — keeps cur, so it changes once. on 0 or in cur
-// already: the plan's.
-func placedMembers(planned, cur []uint64, old, on uint64) []uint64 {
+// of old that came first — keeps cur, so it changes once. on 0: the plan's.
+// on a member of cur beside old (another change put it there meanwhile):
+// an error, since the plan would undo that change and placing old's
+// replica elsewhere is placement's choice again (a rerun's).
+func placedMembers(planned, cur []uint64, old, on uint64) ([]uint64, error) {
 	i := slices.Index(cur, old)
 	switch {
 	case i < 0:
-		return cur
-	case on == 0 || slices.Contains(cur, on):
-		return planned
+		return cur, nil
+	case on == 0:
+		return planned, nil
+	case slices.Contains(cur, on):
+		return nil, fmt.Errorf("node %d, placed in node %d's place, became a member by another change meanwhile (members %v, planned %v): plan again", on, old, cur, planned)
 	}
 	out := slices.Clone(cur)
 	out[i] = on
-	return out
+	return out, nil
 }
 
 // GroupName names group g for the operator.
