@@ -32,11 +32,14 @@ type NodeChange struct {
 	// Meta reaches the metadata group (and is the seeds and credentials
 	// each group's own Mover is made with).
 	Meta *Mover
-	// Old is replace-node's old node (0: another change); Placed, a
-	// replacement the placement rule chose (no --new): a group's own
-	// configuration then decides a rerun (placedMembers).
-	Old    uint64
-	Placed bool
+	// Old is replace-node's old node (0: another change); Replace, the
+	// change is replace-node's (the placement rule's node, or --new's):
+	// a group's own configuration then decides what it is asked for
+	// (placedMembers), so that a rerun changes it once and a change of
+	// another member made meanwhile (by the repairer, or an operator) is
+	// kept, not undone.
+	Old     uint64
+	Replace bool
 	// Leaving are the nodes the change takes out (not waited for to catch
 	// up: WaitCaughtUp's skip).
 	Leaving []uint64
@@ -111,7 +114,7 @@ func (c *NodeChange) Run(ctx context.Context, cm *kv.ClusterMap, plan []GroupCha
 		planned := step.Members
 		// The members the group's last change added must have pulled its
 		// state first (not --force): changing it again while one still
-		// does can leave the new epoch without a working majority. Placed:
+		// does can leave the new epoch without a working majority. Replace:
 		// a rerun after the group changed but before the map said so (its
 		// leader records it within a second) may place old's replica
 		// elsewhere than the run that changed it, and another change
@@ -125,7 +128,7 @@ func (c *NodeChange) Run(ctx context.Context, cm *kv.ClusterMap, plan []GroupCha
 			if err != nil {
 				break // the plan's members; RECONFIG answers for the group
 			}
-			if c.Placed {
+			if c.Replace {
 				if step.Members, err = placedMembers(planned, cur.Members, c.Old, PlacedOn(cm, GroupChange{Group: step.Group, Members: planned}, c.Old)); err != nil {
 					gmv.Close()
 					return fmt.Errorf("%s: group %d: %w (rerun the command; nothing changed for it)", cmd, step.Group, err)

@@ -71,7 +71,7 @@ func TestPlacedChangeAsksTheGroupAfterTheCatchUpWait(t *testing.T) {
 		return resp.Value{}, nil
 	}
 	mv := &Mover{Seeds: []string{"n1"}, Transport: tr}
-	nc := &NodeChange{Cmd: "test", Meta: mv, Old: 3, Placed: true, Leaving: []uint64{3}, CatchUp: 5 * time.Second}
+	nc := &NodeChange{Cmd: "test", Meta: mv, Old: 3, Replace: true, Leaving: []uint64{3}, CatchUp: 5 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = nc.Run(ctx, cm, []GroupChange{{Group: 1, Members: []uint64{1, 7, 5}}})
@@ -79,5 +79,44 @@ func TestPlacedChangeAsksTheGroupAfterTheCatchUpWait(t *testing.T) {
 	defer mu.Unlock()
 	if !slices.Equal(asked, []uint64{1, 7, 9}) {
 		t.Fatalf("the group was asked to become %v, want [1 7 9] (node 3 replaced by 7, the operator's 5 -> 9 kept)", asked)
+	}
+}
+
+// replace-node --old 3 --new 7 while the repairer replaced node 5 (dead) by
+// node 9: the command's plan, made from the map ([1 3 5] -> [1 7 5]), must
+// not undo the repairer's change (5 a member again, 9 dropped): the group's
+// own configuration decides, as for a placed replacement.
+func TestExplicitReplaceKeepsAConcurrentChange(t *testing.T) {
+	cm := &kv.ClusterMap{Epoch: 4, Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 3, 5}}}}
+	for id := uint64(1); id <= 9; id++ {
+		cm.Nodes = append(cm.Nodes, kv.MapNode{ID: id, ClientAddr: "n" + strconv.FormatUint(id, 10), PeerAddr: "p"})
+	}
+	var asked []uint64
+	tr := func(ctx context.Context, addr string, args [][]byte) (resp.Value, error) {
+		switch strings.ToUpper(string(args[1])) {
+		case "META": // ADDNODE of node 7
+			return resp.Value{Kind: resp.Int, Int: 5}, nil
+		case "CONFIG": // the repairer's change landed: 5 -> 9, caught up
+			return configReply(3, []uint64{1, 3, 9}, []uint64{1, 3, 5}), nil
+		case "PROGRESS":
+			return progressReply(3, 150, 190, [3]int64{3, 190, 190}, [3]int64{9, 190, 190}), nil
+		case "RECONFIG":
+			for _, a := range args[4:] {
+				id, _ := strconv.ParseUint(string(a), 10, 64)
+				asked = append(asked, id)
+			}
+			return resp.Value{Kind: resp.Error, Str: []byte("ERR stop here")}, nil
+		}
+		t.Fatalf("unexpected command %q", args)
+		return resp.Value{}, nil
+	}
+	mv := &Mover{Seeds: []string{"n1"}, Transport: tr}
+	nc := &NodeChange{Cmd: "replace-node", Meta: mv, Old: 3, Replace: true, Leaving: []uint64{3}, CatchUp: 5 * time.Second,
+		NewNodes: []Member{{ID: 7, ClientAddr: "n7", PeerAddr: "p"}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = nc.Run(ctx, cm, []GroupChange{{Group: 1, Members: []uint64{1, 7, 5}}})
+	if !slices.Equal(asked, []uint64{1, 7, 9}) {
+		t.Fatalf("the group was asked to become %v, want [1 7 9] (node 3 replaced by 7, the repairer's 5 -> 9 kept)", asked)
 	}
 }

@@ -333,7 +333,7 @@ func (r *repairer) run(ctx context.Context, cm *kv.ClusterMap, cfg FollowConfig,
 	}
 	mv := &Mover{Seeds: cfg.Seeds, Password: cfg.Password, TLS: cfg.TLS, RetryFor: 30 * time.Second}
 	defer mv.Close()
-	nc := &NodeChange{Cmd: fmt.Sprintf("repair of node %d", d.Node), Meta: mv, Old: d.Node, Placed: true, Leaving: []uint64{d.Node}, CatchUp: CaughtUpWait,
+	nc := &NodeChange{Cmd: fmt.Sprintf("repair of node %d", d.Node), Meta: mv, Old: d.Node, Replace: true, Leaving: []uint64{d.Node}, CatchUp: CaughtUpWait,
 		Logf: func(format string, a ...any) { logf("metadata: repair: "+format, a...) },
 		Done: func(s StepDone) {
 			logf("metadata: repair: node %d's replica of %s re-created: members %v (map epoch %d)", d.Node, GroupName(GroupID(s.Group)), s.Members, s.MapEpoch)
