@@ -32,11 +32,14 @@ type NodeChange struct {
 	// Meta reaches the metadata group (and is the seeds and credentials
 	// each group's own Mover is made with).
 	Meta *Mover
-	// Old is replace-node's old node (0: another change); Placed, a
-	// replacement the placement rule chose (no --new): a group's own
-	// configuration then decides a rerun (placedMembers).
-	Old    uint64
-	Placed bool
+	// Old is replace-node's old node (0: another change); Replace, the
+	// change is replace-node's (the placement rule's node, or --new's):
+	// a group's own configuration then decides what it is asked for
+	// (placedMembers), so that a rerun changes it once and a change of
+	// another member made meanwhile (by the repairer, or an operator) is
+	// kept, not undone.
+	Old     uint64
+	Replace bool
 	// Leaving are the nodes the change takes out (not waited for to catch
 	// up: WaitCaughtUp's skip).
 	Leaving []uint64
@@ -108,27 +111,42 @@ func (c *NodeChange) Run(ctx context.Context, cm *kv.ClusterMap, plan []GroupCha
 		// On Meta's transport and clock (a simulation's, under it).
 		gmv := &Mover{Seeds: seeds, Password: mv.Password, TLS: mv.TLS, RetryFor: 30 * time.Second, Transport: mv.Transport, Clock: mv.Clock}
 		name := GroupName(step.Group)
-		if c.Placed {
-			// Placed: a rerun after the group changed but before the map
-			// said so (its leader records it within a second) may place
-			// old's replica elsewhere than the run that changed it; the
-			// group's own configuration decides, so it changes once.
-			if cur, err := gmv.GroupConfigOf(ctx, step.Group); err == nil {
-				step.Members = placedMembers(step.Members, cur.Members, c.Old, PlacedOn(cm, step, c.Old))
+		planned := step.Members
+		// The members the group's last change added must have pulled its
+		// state first (not --force): changing it again while one still
+		// does can leave the new epoch without a working majority. Replace:
+		// a rerun after the group changed but before the map said so (its
+		// leader records it within a second) may place old's replica
+		// elsewhere than the run that changed it, and another change
+		// (an operator's replace-node of another member while the repairer
+		// replaces old) may land meanwhile; the group's own configuration
+		// decides (placedMembers), as it is when the wait is over — the
+		// wait can last CatchUp, and a change landed in it that the
+		// members asked for were not read after would be undone.
+		for range 3 {
+			cur, err := gmv.GroupConfigOf(ctx, step.Group)
+			if err != nil {
+				break // the plan's members; RECONFIG answers for the group
 			}
-		}
-		if c.CatchUp >= 0 { // not --force
-			// The members the group's last change added must have pulled
-			// its state first: changing it again while one still does can
-			// leave the new epoch without a working majority.
-			// A rerun whose change the group already made (the map did not
-			// record it) changes nothing: no wait.
-			if cur, err := gmv.GroupConfigOf(ctx, step.Group); err == nil && !SameIDs(cur.Members, step.Members) {
-				if err := gmv.WaitCaughtUp(ctx, step.Group, cur.Members, cur.Previous, c.Leaving, c.CatchUp, c.Logf); err != nil {
+			if c.Replace {
+				if step.Members, err = placedMembers(planned, cur.Members, c.Old, PlacedOn(cm, GroupChange{Group: step.Group, Members: planned}, c.Old)); err != nil {
 					gmv.Close()
-					return fmt.Errorf("%s: %w; nothing changed for group %d", cmd, err, step.Group)
+					return fmt.Errorf("%s: group %d: %w (rerun the command; nothing changed for it)", cmd, step.Group, err)
 				}
 			}
+			// A rerun whose change the group already made (the map did not
+			// record it) changes nothing: no wait.
+			if c.CatchUp < 0 || SameIDs(cur.Members, step.Members) {
+				break
+			}
+			if err := gmv.WaitCaughtUp(ctx, step.Group, cur.Members, cur.Previous, c.Leaving, c.CatchUp, c.Logf); err != nil {
+				gmv.Close()
+				return fmt.Errorf("%s: %w; nothing changed for group %d", cmd, err, step.Group)
+			}
+			if again, err := gmv.GroupConfigOf(ctx, step.Group); err != nil || again.Epoch == cur.Epoch {
+				break // unchanged while waited for
+			}
+			// The group changed during the wait: plan against it again.
 		}
 		c.logf("%s: %v -> %v", name, GroupMembersOf(cm, step.Group), step.Members)
 		res, err := gmv.ReconfigureGroup(ctx, step.Group, step.Members)
@@ -205,19 +223,23 @@ func (c *NodeChange) chainStep(ctx context.Context, step GroupChange) ([]uint64,
 // replace-node of another member while the repairer replaces old), which
 // the plan would undo. A group whose configuration no longer has old — a
 // rerun after it changed but before the map said so, or another replacer
-// of old that came first — keeps cur, so it changes once. on 0 or in cur
-// already: the plan's.
-func placedMembers(planned, cur []uint64, old, on uint64) []uint64 {
+// of old that came first — keeps cur, so it changes once. on 0: the plan's.
+// on a member of cur beside old (another change put it there meanwhile):
+// an error, since the plan would undo that change and placing old's
+// replica elsewhere is placement's choice again (a rerun's).
+func placedMembers(planned, cur []uint64, old, on uint64) ([]uint64, error) {
 	i := slices.Index(cur, old)
 	switch {
 	case i < 0:
-		return cur
-	case on == 0 || slices.Contains(cur, on):
-		return planned
+		return cur, nil
+	case on == 0:
+		return planned, nil
+	case slices.Contains(cur, on):
+		return nil, fmt.Errorf("node %d, placed in node %d's place, became a member by another change meanwhile (members %v, planned %v): plan again", on, old, cur, planned)
 	}
 	out := slices.Clone(cur)
 	out[i] = on
-	return out
+	return out, nil
 }
 
 // GroupName names group g for the operator.

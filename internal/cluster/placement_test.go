@@ -394,15 +394,21 @@ func TestPlacementNamesSilentNodes(t *testing.T) {
 // node — the plan's, or, when another member changed since the map was
 // read, that change kept.
 func TestPlacedMembers(t *testing.T) {
-	if got := placedMembers([]uint64{1, 2, 5}, []uint64{1, 2, 4}, 4, 5); !slices.Equal(got, []uint64{1, 2, 5}) {
+	if got, _ := placedMembers([]uint64{1, 2, 5}, []uint64{1, 2, 4}, 4, 5); !slices.Equal(got, []uint64{1, 2, 5}) {
 		t.Errorf("old still a member: %v, want the plan's", got)
 	}
-	if got := placedMembers([]uint64{1, 2, 5}, []uint64{1, 2, 3}, 4, 5); !slices.Equal(got, []uint64{1, 2, 3}) {
+	if got, _ := placedMembers([]uint64{1, 2, 5}, []uint64{1, 2, 3}, 4, 5); !slices.Equal(got, []uint64{1, 2, 3}) {
 		t.Errorf("the group changed already: %v, want its own members", got)
 	}
 	// Group [1 3 5], planned [1 4 5] (3 -> 4); meanwhile an operator
 	// replaced 5 by 9: [1 3 9]. The plan would bring 5 back.
-	if got := placedMembers([]uint64{1, 4, 5}, []uint64{1, 3, 9}, 3, 4); !slices.Equal(got, []uint64{1, 4, 9}) {
+	if got, _ := placedMembers([]uint64{1, 4, 5}, []uint64{1, 3, 9}, 3, 4); !slices.Equal(got, []uint64{1, 4, 9}) {
 		t.Errorf("another member replaced meanwhile: %v, want [1 4 9]", got)
+	}
+	// Group [1 3 5], planned [1 7 5] (3 -> 7); meanwhile an operator
+	// replaced 5 by 7: [1 3 7]. The plan would undo that change (5, dead,
+	// a member again); placing 3's replica is to be chosen again.
+	if got, err := placedMembers([]uint64{1, 7, 5}, []uint64{1, 3, 7}, 3, 7); err == nil {
+		t.Errorf("the placed node made a member by another change meanwhile: %v, want an error (plan again)", got)
 	}
 }

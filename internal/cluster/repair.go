@@ -141,15 +141,25 @@ func (w *RepairWatch) Due(now time.Time, cm *kv.ClusterMap, after time.Duration)
 		return RepairDecision{}, false, nil
 	}
 	w.init()
-	groups := mapGroups(cm)
+	var groups []kv.MapGroup // mapGroups(cm), made at the first silent node
 	for _, n := range cm.Nodes {
 		if _, known := w.seen[n.ID]; !known {
 			w.seen[n.ID] = now // watched from now: a whole after to answer
 		}
 	}
 	live := func(id uint64) bool { return w.up[id] }
-	for _, id := range cm.NodeIDs() {
-		if !slices.ContainsFunc(groups, func(g kv.MapGroup) bool { return slices.Contains(g.Members, id) }) || !w.dead(now, id, after) {
+	for _, n := range cm.Nodes {
+		id := n.ID
+		// Liveness first: a map lookup, while membership scans every
+		// group, and Due runs at each FollowMap tick (50 ms) with,
+		// mostly, nobody dead (BenchmarkRepairWatchDue).
+		if !w.dead(now, id, after) {
+			continue
+		}
+		if groups == nil {
+			groups = mapGroups(cm)
+		}
+		if !slices.ContainsFunc(groups, func(g kv.MapGroup) bool { return slices.Contains(g.Members, id) }) {
 			continue
 		}
 		if len(cm.Moves) > 0 {
@@ -323,7 +333,7 @@ func (r *repairer) run(ctx context.Context, cm *kv.ClusterMap, cfg FollowConfig,
 	}
 	mv := &Mover{Seeds: cfg.Seeds, Password: cfg.Password, TLS: cfg.TLS, RetryFor: 30 * time.Second}
 	defer mv.Close()
-	nc := &NodeChange{Cmd: fmt.Sprintf("repair of node %d", d.Node), Meta: mv, Old: d.Node, Placed: true, Leaving: []uint64{d.Node}, CatchUp: CaughtUpWait,
+	nc := &NodeChange{Cmd: fmt.Sprintf("repair of node %d", d.Node), Meta: mv, Old: d.Node, Replace: true, Leaving: []uint64{d.Node}, CatchUp: CaughtUpWait,
 		Logf: func(format string, a ...any) { logf("metadata: repair: "+format, a...) },
 		Done: func(s StepDone) {
 			logf("metadata: repair: node %d's replica of %s re-created: members %v (map epoch %d)", d.Node, GroupName(GroupID(s.Group)), s.Members, s.MapEpoch)

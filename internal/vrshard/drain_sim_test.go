@@ -229,14 +229,14 @@ func (d *drainRun) placedRun(ctx context.Context, mv *kcluster.Mover, cm *kv.Clu
 		c.node[d.spare[ch.Group]] = on
 		d.log = append(d.log, fmt.Sprintf("%v: group %d's replica of node %d placed on node %d: %v", d.s.Now(), ch.Group, old, on+1, ch.Members))
 	}
-	return d.nodeChange(mv, true, nil).Run(ctx, cm, plan)
+	return d.nodeChange(mv, nil).Run(ctx, cm, plan)
 }
 
 // nodeChange is the command's loop for this drain through mv (placed, or
 // with new nodes), each group's new member opened as its group answers
 // (joined).
-func (d *drainRun) nodeChange(mv *kcluster.Mover, placed bool, news []kcluster.Member) *kcluster.NodeChange {
-	return &kcluster.NodeChange{Cmd: "replace-node", Meta: mv, Old: uint64(d.old + 1), Placed: placed, Leaving: []uint64{uint64(d.old + 1)},
+func (d *drainRun) nodeChange(mv *kcluster.Mover, news []kcluster.Member) *kcluster.NodeChange {
+	return &kcluster.NodeChange{Cmd: "replace-node", Meta: mv, Old: uint64(d.old + 1), Replace: true, Leaving: []uint64{uint64(d.old + 1)},
 		NewNodes: news, CatchUp: kcluster.CaughtUpWait, Done: func(sd kcluster.StepDone) {
 			d.joined(kcluster.GroupID(sd.Group), kcluster.GroupConfig{Membership: kcluster.Membership{Epoch: sd.Epoch, Start: sd.Start, Members: sd.Members, Previous: sd.Previous}})
 		}}
@@ -273,7 +273,7 @@ func (d *drainRun) explicitJob(ctx context.Context, mv *kcluster.Mover) (any, er
 	if err != nil {
 		return nil, err
 	}
-	return plan, d.nodeChange(mv, false, []kcluster.Member{nw}).Run(ctx, cm, plan)
+	return plan, d.nodeChange(mv, []kcluster.Member{nw}).Run(ctx, cm, plan)
 }
 
 // joined records group g's configuration gc (its members as the map now
