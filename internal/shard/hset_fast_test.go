@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/kv"
@@ -169,5 +170,54 @@ func TestHSetFastSeesAnAppendBetweenApplies(t *testing.T) {
 	}
 	if res := hset("f1"); res.Int != 1 {
 		t.Errorf("HSET h f1 after h was deleted: %d, want 1 (a new hash)", res.Int)
+	}
+}
+
+// Over an engine without a change count, a chunk's append within one Apply
+// drops hm as the next Apply's start does: hsetFast checks only the
+// records staged since hm's (hmN), and an append empties them. An HSETNX
+// of an existing field loads hm staging nothing (hmN 0), a DEL of the hash
+// follows in the same chunk, the chunk is appended; a later HSET of the
+// batch must then create a new hash, not add to the deleted one (whose old
+// field would come back).
+func TestHSetFastDropsItsHashAtAChunksAppendWithoutAChangeCount(t *testing.T) {
+	for _, plain := range []bool{false, true} {
+		t.Run(fmt.Sprint("plain=", plain), func(t *testing.T) {
+			fast, fdb := openFastShard(t, true, plain)
+			slow, sdb := openFastShard(t, false, false)
+			h := []byte("h")
+			hset := func(f string, c kv.Cond) WriteReq {
+				return WriteReq{Op: kv.Op{Kind: kv.KindHSet, Key: h, Keys: [][]byte{[]byte(f), []byte("v")}, Cond: c}}
+			}
+			batches := [][]WriteReq{{hset("old", kv.Always)}, {hset("old", kv.IfAbsent), {Op: kv.Op{Kind: kv.KindDel, Key: h, Keys: [][]byte{h}}}}}
+			for i := len(batches[1]); i <= chunk; i++ { // 256 records: the DEL and 255 SETs
+				batches[1] = append(batches[1], WriteReq{Op: kv.Op{Kind: kv.KindSet, Key: fmt.Appendf(nil, "s%d", i), Value: []byte("x")}})
+			}
+			batches[1] = append(batches[1], hset("new", kv.Always))
+			for _, reqs := range batches {
+				reqs2 := append([]WriteReq(nil), reqs...)
+				if _, err := fast.Apply(ctx, reqs); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := slow.Apply(ctx, reqs2); err != nil {
+					t.Fatal(err)
+				}
+			}
+			res, err := fast.Read(ctx, kv.Op{Kind: kv.KindHLen, Key: h}, level.ConsLinearizable, Session{})
+			if err != nil || res.Int != 1 {
+				t.Errorf("HLEN h after DEL h, HSET h new: %d, %v; want 1", res.Int, err)
+			}
+			hashRecords := func(db *storage.DB) (out []string) {
+				for _, r := range engineRecords(t, db) {
+					if !strings.HasPrefix(r, `"s`) { // not the SETs
+						out = append(out, r)
+					}
+				}
+				return out
+			}
+			if got, want := hashRecords(fdb), hashRecords(sdb); !reflect.DeepEqual(got, want) {
+				t.Fatalf("the engines differ:\nfast path %q\nkv        %q", got, want)
+			}
+		})
 	}
 }
