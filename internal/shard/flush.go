@@ -49,6 +49,7 @@ func (s *Shard) flushReaders(staged int) (kv.Getter, kv.Lister) {
 		}
 		return s.engineGet(key)
 	}
+	_, listsDeleted := s.db.(keyLister)
 	list := func(start, end []byte, visit func(key []byte) bool) error {
 		stop := false
 		if err := listEngineKeys(s.db, start, end, func(k []byte) bool {
@@ -62,8 +63,11 @@ func (s *Shard) flushReaders(staged int) (kv.Getter, kv.Lister) {
 			if (start != nil && bytes.Compare(k, start) < 0) || (end != nil && bytes.Compare(k, end) >= 0) || dupStaged(before[:i], k) {
 				continue
 			}
-			if vs, err := s.db.Versions(k); err == nil && len(vs) > 0 {
-				continue // listed with the engine's
+			// Listed with the engine's: a keyLister lists deleted keys
+			// too, Scan only live ones (a key deleted in the engine and
+			// written again in this chunk is the chunk's to list).
+			if vs, err := s.db.Versions(k); err == nil && len(vs) > 0 && (listsDeleted || !vs[0].Tombstone) {
+				continue
 			}
 			if !visit(k) {
 				return nil

@@ -727,14 +727,19 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 	s.limKnown = false // (chunkLimit) checkPos moved
 	keep := err == nil && s.changes != nil && s.hmFresh(s.hmKey)
 	s.truncate(0)
+	// hsetFast checks only the records staged since hm (hmN), and those
+	// checked are gone now: hm is kept only if it was checked here. Not
+	// kept: hmFresh found a record of its key, the append failed (the
+	// engine may hold a part), or the engine counts no changes (truncate
+	// does not drop an hm that was loaded with nothing staged, hmN 0).
+	s.hmOK = keep
 	if keep {
 		// The chunk's records are the engine's now, and hm is still the
 		// key's: no record of it came after hm's own.
-		s.hmOK, s.hmN, s.hmChanges = true, 0, s.changes()
+		s.hmN, s.hmChanges = 0, s.changes()
 		clear(s.hmRows[:]) // the engine's now
 	}
 	if err != nil {
-		s.hmOK = false // the engine may hold a part
 		err = fmt.Errorf("%w: append: %w", ErrUnavailable, err)
 		for i := range reqs {
 			if reqs[i].Err == nil {
