@@ -357,8 +357,20 @@ func (r *Replica) leaseEnd() int64 {
 	if r.cfg.LeaseDuration == 0 || r.commit < r.viewStartOp {
 		return 0
 	}
-	if r.n == 1 {
-		return r.now + int64(r.cfg.LeaderLease())
+	start := r.quorumAckAt()
+	if start == 0 {
+		return 0
+	}
+	return start + int64(r.cfg.LeaderLease())
+}
+
+// quorumAckAt is the local time this leader sent the latest heartbeat that
+// f followers have acknowledged in its view (0: fewer than f have
+// acknowledged one; now in a group of one): where its lease starts, and
+// the last time it knew a quorum was with it (suspects).
+func (r *Replica) quorumAckAt() int64 {
+	if r.f == 0 {
+		return r.now
 	}
 	at := r.cad.scratchT[:0]
 	for i, a := range r.ackAt {
@@ -366,12 +378,7 @@ func (r *Replica) leaseEnd() int64 {
 			at = append(at, a)
 		}
 	}
-	slices.Sort(at)
-	start := at[len(at)-r.f]
-	if start == 0 {
-		return 0
-	}
-	return start + int64(r.cfg.LeaderLease())
+	return nthLargest(at, r.f)
 }
 
 // grantFor returns the grant for follower j in a message sent now, with the

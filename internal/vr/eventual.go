@@ -86,13 +86,7 @@ func (r *Replica) EventualUntil() int64 {
 		if r.n == 1 {
 			return math.MaxInt64
 		}
-		at := make([]int64, 0, r.n)
-		for i, a := range r.ackAt {
-			if i != r.self {
-				at = append(at, a)
-			}
-		}
-		if start := nthLargest(at, r.f); start > 0 {
+		if start := r.quorumAckAt(); start > 0 {
 			until = max(until, start+win)
 		}
 	}

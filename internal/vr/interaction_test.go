@@ -657,15 +657,11 @@ func fmtEntry(en Entry) string {
 }
 
 // fmtMsg is Message.String with what the scripts need to see besides: the
-// pre-vote mark, the entries a message carries, the CAD fields, a request
+// entries a message carries, the CAD fields, a request
 // to sync at once (SyncWanted, SyncAsked).
 func fmtMsg(m Message) string {
 	s := m.String()
 	switch m.Type {
-	case MsgStartViewChange:
-		if m.Op == preVoteMark {
-			s += " pre-vote"
-		}
 	case MsgPrepare:
 		if m.Readable != 0 || m.Grant != 0 {
 			s += fmt.Sprintf(" r%d g%d", m.Readable, m.Grant)

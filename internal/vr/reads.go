@@ -77,14 +77,7 @@ func (r *Replica) LeaseRead(now int64) (uint64, error) {
 		return 0, ErrNoLease
 	}
 	if r.n > 1 {
-		at := make([]int64, 0, r.n)
-		for i, a := range r.ackAt {
-			if i != r.self {
-				at = append(at, a)
-			}
-		}
-		slices.Sort(at)
-		start := at[len(at)-r.f]
+		start := r.quorumAckAt()
 		if start == 0 || r.now >= start+int64(r.cfg.LeaderLease()) {
 			return 0, ErrNoLease
 		}

@@ -107,6 +107,10 @@ type mutations struct {
 	// returning follower that had not heard its leader yet did to a healthy
 	// group, issue 25 item 5).
 	noPreVote bool
+	// leaderIgnoresLostQuorum: a normal leader never suspects itself, however
+	// long no quorum has acknowledged it, and ignores every pre-vote (before
+	// issue 28's fix; testdata/stale_leader.txt).
+	leaderIgnoresLostQuorum bool
 	// eventualUnbounded: every normal replica serves eventual reads, however
 	// long it has been cut off (the rule before issue 24).
 	eventualUnbounded bool

@@ -147,6 +147,10 @@ func (m Message) String() string {
 		}
 	case MsgStartEpoch:
 		s += fmt.Sprintf(" e%d start%d", m.Epoch, m.Op)
+	case MsgStartViewChange:
+		if m.Op == preVoteMark {
+			s += " pre-vote"
+		}
 	case MsgRefuse:
 		s += " " + m.Reason
 	}

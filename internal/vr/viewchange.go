@@ -122,15 +122,35 @@ func (r *Replica) onSVC(j int, m *Message) {
 const preVoteMark = 1
 
 // suspects reports whether this replica has lost its leader — a normal
-// follower that has not heard from it for the view-change timeout, or a
-// replica whose view change has run longer than vcTimeout — and may vote.
+// follower that has not heard from it for the view-change timeout, a
+// leader that has not known f followers with it for as long (quorumAckAt,
+// or since it began leading: lastContact), or a replica whose view change
+// has run longer than vcTimeout — and may vote.
+//
+// The leader's case is Raft's check-quorum, here for pre-votes only (a
+// leader never asks; it answers, onPreVote). Without it a leader cut off
+// while the others formed a later view deadlocks with them once that view
+// loses its own leader: the one replica left of it asks for the next view
+// with pre-votes, which move no one, and drops every message of the old
+// view as stale, while the old leader, "hearing its leader" (itself),
+// ignores the pre-votes and leads its view for ever with no quorum (the
+// move simulation's repair, seed 25: a reconfiguration it ordered there
+// stayed pending, and each retry got "group is reconfiguring";
+// testdata/stale_leader.txt). A leader that suspects has no lease left
+// (LeaderLease is shorter than the timeout) and grants none (canVote).
 func (r *Replica) suspects() bool {
 	if !r.canVote() {
 		return false
 	}
 	switch r.status {
 	case Normal:
-		return !r.isLeader() && r.now-r.lastContact >= int64(r.cfg.ViewChangeTimeout)
+		if r.isLeader() {
+			if mutation.On && r.mut.leaderIgnoresLostQuorum {
+				return false
+			}
+			return r.now-max(r.lastContact, r.quorumAckAt()) >= int64(r.cfg.ViewChangeTimeout)
+		}
+		return r.now-r.lastContact >= int64(r.cfg.ViewChangeTimeout)
 	case ViewChange:
 		return !r.vcHeld && r.now-r.vcStart >= r.vcTimeout()
 	}
@@ -142,14 +162,14 @@ func (r *Replica) suspects() bool {
 // start-view-change marked as a pre-vote, whether they have lost the leader
 // too, and moves to the next view only once f+1 replicas (itself included)
 // suspect (tryPreVotes). A replica that still hears its leader — the leader
-// included — ignores the question (onPreVote), so a replica that merely did
-// not hear the leader for a while (restarted before the leader's link to it
-// came back, behind a one-way cut) never disturbs a view that a majority
-// runs (Raft's pre-vote; issue 25 item 5). Plain VR moved to the next view
-// at once, and its start-view-change drew every peer after its lease
-// promise: a returning follower deposed a healthy leader. A view change
-// that stalls moves on the same way, so a replica in an abandoned view
-// change draws nobody either.
+// too, while a quorum acknowledges it (suspects) — ignores the question
+// (onPreVote), so a replica that merely did not hear the leader for a while
+// (restarted before the leader's link to it came back, behind a one-way
+// cut) never disturbs a view that a majority runs (Raft's pre-vote; issue
+// 25 item 5). Plain VR moved to the next view at once, and its
+// start-view-change drew every peer after its lease promise: a returning
+// follower deposed a healthy leader. A view change that stalls moves on the
+// same way, so a replica in an abandoned view change draws nobody either.
 func (r *Replica) preVote() {
 	if mutation.On && r.mut.noPreVote {
 		r.startViewChange(r.view + 1)
@@ -324,6 +344,7 @@ func (r *Replica) tryStartView() {
 	}
 	r.viewStartOp = r.lastOp()
 	r.lastHB = r.now - int64(r.cfg.HeartbeatInterval)
+	r.lastContact = r.now // no follower has acknowledged this view yet (suspects)
 	for i := range r.dvc {
 		r.dvc[i] = nil
 	}
