@@ -81,6 +81,12 @@ type joinRecord struct {
 	// group was created, where its hosted masters run (the member sends
 	// them its master's messages).
 	ChainMasters []uint64 `json:"chain_masters,omitempty"`
+	// MapEpoch (a node's joinFile in a cluster of several groups): the
+	// epoch of the cluster map that named the node when it joined. Only a
+	// later map that does not name it takes it out (leftMap): an earlier
+	// one, from a metadata leader that has not applied the node's
+	// addition yet, merely predates it.
+	MapEpoch uint64 `json:"map_epoch,omitempty"`
 }
 
 // retiredRecord is retiredFile's content.
@@ -168,7 +174,7 @@ func PrepareJoin(ctx context.Context, cfg Config, logf func(format string, args 
 			if cfg.Groups, err = cluster.ParseGroups(jr.Groups); err != nil {
 				return cfg, fmt.Errorf("server: %s: %w", p, err)
 			}
-			cfg.joinedGroups, cfg.Membership = true, nil
+			cfg.joinedGroups, cfg.Membership, cfg.namedAtMapEpoch = true, nil, jr.MapEpoch
 			return cfg, nil
 		}
 		cfg.Membership = &cluster.Membership{Epoch: jr.Epoch, Members: cluster.MemberIDs(ms), Start: jr.Start, Previous: jr.Previous}
