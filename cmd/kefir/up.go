@@ -223,10 +223,12 @@ Options:
 			// founded with): it starts empty, joins through the founders
 			// and waits for the map to name it, which the loop below
 			// records (add-node) once the cluster is up; restarted, its
-			// directory knows the cluster.
+			// directory's join record knows the cluster (a directory
+			// without one, the node stopped before it was named, joins
+			// again).
 			n.replica, n.joining = uint64(i+1), true
 			n.args = append(n.args, "--replica-id", strconv.Itoa(i+1), "--cross-group-tx", strconv.FormatBool(*crossGroupTx))
-			if _, err := os.Stat(nodeDir(*dir, i+1)); err != nil {
+			if !server.Joined(nodeDir(*dir, i+1)) {
 				var seeds []string
 				for _, f := range u.nodes[:grp.founders] {
 					seeds = append(seeds, f.client)

@@ -134,6 +134,15 @@ func CheckRetired(dir string) error {
 	return r.err(dir)
 }
 
+// Joined reports whether the node whose data directory is dir joined its
+// cluster (PrepareJoin recorded what the group or the map told it): a
+// restart then needs no --join. A directory without the record is a node
+// that has not joined yet, whatever else it holds.
+func Joined(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, joinFile))
+	return err == nil
+}
+
 // PrepareJoin resolves a node's group when it joins one as a new member:
 // from its data directory's joinFile if it joined before (a restart: no
 // --join needed), else, with cfg.Join, by asking the group (any member's
