@@ -234,6 +234,11 @@ func TestUpLayoutIsKeptOrGrown(t *testing.T) {
 			t.Errorf("%+v: %v, want it to say %q and how to run the cluster", c.want, err, c.says)
 		}
 	}
+	// Another --base-port: the map has the nodes at the first one's
+	// addresses (and n6, n7 joined at them).
+	if _, err := prepareGroup(dir, vr(7, 3), 17000); err == nil || !strings.Contains(err.Error(), "on --base-port 16000, not 17000") || !strings.Contains(err.Error(), "run kefir up --dir "+dir+" --base-port 16000 --nodes 7 --groups 3") {
+		t.Errorf("a cluster of groups restarted on another --base-port: %v", err)
+	}
 	// One group does not grow by kefir up.
 	one := t.TempDir()
 	if _, err := prepareGroup(one, vr(3, 1), 16000); err != nil {
@@ -249,6 +254,11 @@ func TestUpLayoutIsKeptOrGrown(t *testing.T) {
 	}
 	if _, err := prepareGroup(one, vr(3, 2), 16000); err == nil || !strings.Contains(err.Error(), "one replica group") {
 		t.Errorf("a group asked to become 2: %v", err)
+	}
+	// One group's members come from the flags alone: another --base-port
+	// is its nodes' new addresses.
+	if _, err := prepareGroup(one, vr(3, 1), 17000); err != nil {
+		t.Errorf("a group restarted on another --base-port: %v", err)
 	}
 	// A cluster.json from before the layout was kept: a cluster of
 	// groups' founders are the nodes it has.

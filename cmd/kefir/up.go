@@ -223,10 +223,12 @@ Options:
 			// founded with): it starts empty, joins through the founders
 			// and waits for the map to name it, which the loop below
 			// records (add-node) once the cluster is up; restarted, its
-			// directory knows the cluster.
+			// directory's join record knows the cluster (a directory
+			// without one, the node stopped before it was named, joins
+			// again).
 			n.replica, n.joining = uint64(i+1), true
 			n.args = append(n.args, "--replica-id", strconv.Itoa(i+1), "--cross-group-tx", strconv.FormatBool(*crossGroupTx))
-			if _, err := os.Stat(nodeDir(*dir, i+1)); err != nil {
+			if !server.Joined(nodeDir(*dir, i+1)) {
 				var seeds []string
 				for _, f := range u.nodes[:grp.founders] {
 					seeds = append(seeds, f.client)
@@ -987,6 +989,11 @@ func prepareGroup(dir string, want upLayout, basePort int) (*upGroup, error) {
 		Nodes     int    `json:"nodes,omitempty"`
 		Groups    int    `json:"groups,omitempty"`
 		Engine    string `json:"engine,omitempty"`
+		// BasePort: the cluster's --base-port (0: written before it was
+		// kept). A cluster of groups records its nodes' addresses in its
+		// map (and a joined node in its join record), so it runs on the
+		// ports it was founded on.
+		BasePort int `json:"base_port,omitempty"`
 	}
 	path := filepath.Join(dir, "cluster.json")
 	b, err := os.ReadFile(path)
@@ -1027,6 +1034,13 @@ func prepareGroup(dir string, want upLayout, basePort int) (*upGroup, error) {
 	was := upLayout{saved.Nodes, saved.Groups, saved.Engine}
 	if err := checkLayout(dir, was, want, highest); err != nil {
 		return nil, err
+	}
+	switch {
+	case saved.BasePort == 0:
+		saved.BasePort, write = basePort, true
+	case saved.BasePort != basePort && was.Groups > 1:
+		return nil, fmt.Errorf("%s holds a cluster of groups on --base-port %d, not %d: its map records its nodes at their addresses; run kefir up --dir %s --base-port %d --nodes %d --groups %d",
+			dir, saved.BasePort, basePort, dir, saved.BasePort, max(want.Nodes, highest), was.Groups)
 	}
 	if write {
 		b, _ := json.Marshal(saved)

@@ -863,4 +863,21 @@ func TestClusterMapRemoveNode(t *testing.T) {
 	if _, err := remove(4); !errors.Is(err, ErrSlotTransition) || !strings.Contains(err.Error(), "is in group 3") {
 		t.Fatalf("a group's member removed: %v", err)
 	}
+	// A node a chain group is to add (Joining), not a member yet: refused
+	// too — its chain's master is about to join it.
+	if _, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, MapNode{6, "127.0.0.1:6", "127.0.0.1:16"})}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(&Op{Kind: KindMapAddGroup, Key: AppendMapAddGroup(nil, MapAddGroup{MapMembers: MapMembers{Group: 4, Members: []uint64{1, 2, 3}}, Engine: EngineChain})}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(chainOp(KindMapChainInit, ChainConfig{Group: 4, Members: []uint64{1, 2, 3}}, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(&Op{Kind: KindMapChainWant, Key: AppendMapChainWant(nil, MapChainWant{Group: 4, Epoch: readMap(t, m).Epoch, Join: []uint64{6}})}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remove(6); !errors.Is(err, ErrSlotTransition) || !strings.Contains(err.Error(), "is in group 4") {
+		t.Fatalf("a node a chain group is joining removed: %v", err)
+	}
 }

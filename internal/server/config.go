@@ -126,6 +126,12 @@ type Config struct {
 	// joinedGroups: this node joined a cluster of several groups (PrepareJoin):
 	// Members and Groups are the map's when it joined.
 	joinedGroups bool
+	// namedAtMapEpoch: the epoch of the cluster map that named this node
+	// when it joined (its joinFile's map_epoch; 0: a founder, named by
+	// every map from the first). A map at this epoch or below that does
+	// not name the node is one from before it joined, not its removal
+	// (syncGroups' leftMap).
+	namedAtMapEpoch uint64
 	// Groups, when set, makes the node one of a cluster of several replica
 	// groups on a static slot map (issue 28, first part; docs/cluster.md):
 	// Members are then the cluster's nodes, each group names its members

@@ -208,3 +208,65 @@ func TestEmptyNodeMetaRetires(t *testing.T) {
 		}
 	}
 }
+
+// A node that hosts nothing leaves the cluster only on a map that took it
+// out, not on one from before it was added (leftMap). Node 4 joined at map
+// epoch 7 (its joinFile's map_epoch). The first map a restarted node polls
+// may come from a metadata leader just elected, whose commit point is
+// behind node 4's addition, or from one cut off from the others: a map at
+// epoch 6 without node 4 must not retire it for good; nor one at epoch 7
+// (an addition while a move is in flight keeps the epoch). A map at epoch
+// 8 without it does: the removal. A node that saw itself at epoch 9
+// ignores a map at 9 without it the same way.
+func TestLeftMapOnlyAfterTheNodeWasNamed(t *testing.T) {
+	mapAt := func(epoch uint64, ids ...uint64) *kv.ClusterMap {
+		cm := &kv.ClusterMap{Epoch: epoch}
+		for _, id := range ids {
+			cm.Nodes = append(cm.Nodes, kv.MapNode{ID: id})
+		}
+		return cm
+	}
+	namedAt := uint64(7) // the joinFile's
+	for _, c := range []struct {
+		cm   *kv.ClusterMap
+		want bool
+	}{
+		{mapAt(6, 1, 2, 3), false}, // from before node 4 joined
+		{mapAt(7, 1, 2, 3), false}, // the same epoch: before its addition too
+		{mapAt(8, 1, 2, 3), true},  // taken out
+		{&kv.ClusterMap{Epoch: 9}, false},
+	} {
+		n := namedAt
+		if got := leftMap(c.cm, 4, &n); got != c.want {
+			t.Errorf("node 4 named at epoch 7, map at epoch %d with nodes %v: left %v, want %v", c.cm.Epoch, c.cm.NodeIDs(), got, c.want)
+		}
+	}
+	n := namedAt
+	if leftMap(mapAt(9, 1, 2, 3, 4), 4, &n) || n != 9 {
+		t.Fatalf("a map at epoch 9 naming node 4: namedAt %d, want 9", n)
+	}
+	if leftMap(mapAt(9, 1, 2, 3), 4, &n) || !leftMap(mapAt(10, 1, 2, 3), 4, &n) {
+		t.Fatalf("node 4 seen at epoch 9: a map at 9 without it retires it, or one at 10 does not")
+	}
+}
+
+// A node joining a cluster of groups records the epoch of the map that
+// named it in its joinFile, and a restart reads it back: leftMap's floor
+// survives the restart.
+func TestJoinFileKeepsTheMapEpoch(t *testing.T) {
+	dir := t.TempDir()
+	b, err := json.Marshal(joinRecord{Cluster: 42, Replica: 4, Members: "1@127.0.0.1:1/127.0.0.1:2,4@127.0.0.1:3/127.0.0.1:4", Groups: "1=1:0-16383", MapEpoch: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, joinFile), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := PrepareJoin(context.Background(), Config{DataDir: dir, ReplicaID: 4}, func(string, ...any) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.joinedGroups || cfg.namedAtMapEpoch != 7 {
+		t.Fatalf("after a restart: joinedGroups %v, namedAtMapEpoch %d, want true, 7", cfg.joinedGroups, cfg.namedAtMapEpoch)
+	}
+}

@@ -76,6 +76,9 @@ type groupsState struct {
 	// Only the watch's goroutine changes it (under mu), and stopGroupsWatch
 	// after it; the admin port reads it under mu (groupMaster).
 	masters map[cluster.GroupID]cluster.HostedChainMaster
+	// namedAt is the highest epoch of a map seen naming this node (from
+	// its joinFile's map_epoch at start): leftMap.
+	namedAt uint64
 	retired chan struct{}
 	retErr  error
 	once    sync.Once
@@ -105,7 +108,8 @@ func (s *Server) startGroupsWatch() {
 	}
 	gs := &groupsState{joining: map[cluster.GroupID]bool{}, next: map[cluster.GroupID]time.Time{},
 		logged: map[cluster.GroupID]bool{}, recorded: map[cluster.GroupID]time.Time{}, retired: make(chan struct{}),
-		masters: map[cluster.GroupID]cluster.HostedChainMaster{}, rejoinable: map[cluster.GroupID]retiredReplica{}}
+		masters: map[cluster.GroupID]cluster.HostedChainMaster{}, rejoinable: map[cluster.GroupID]retiredReplica{},
+		namedAt: s.cfg.namedAtMapEpoch}
 	s.groups = gs
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -214,7 +218,7 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 	// hosts nothing; the map refuses it for a node a group has): the
 	// node retires as a whole. Only once it hosts nothing here too — a
 	// replica the map no longer names retires above first.
-	if len(cm.Nodes) > 0 && !slices.Contains(cm.NodeIDs(), s.cfg.ReplicaID) && len(s.multi.Hosted()) == 0 && !s.multi.HostsMeta() {
+	if leftMap(cm, s.cfg.ReplicaID, &gs.namedAt) && len(s.multi.Hosted()) == 0 && !s.multi.HostsMeta() {
 		return s.leaveMap(cm.Epoch)
 	}
 	s.recordMembersIfBehind(ctx, cm)
@@ -702,6 +706,25 @@ func (s *Server) retireNode(r retiredRecord, id cluster.GroupID) bool {
 		close(gs.retired)
 	})
 	return true
+}
+
+// leftMap reports whether cm takes node self out of the map, given
+// *namedAt, the highest epoch of a map seen naming it, which it raises
+// when cm names it. A map that does not name the node is its removal only
+// at a later epoch: a map's epoch never goes down along the metadata
+// group's log, so one at or below namedAt may predate the node's addition
+// — the first map a restarted node polls can come from a metadata leader
+// just elected, whose commit point is behind the addition it has in its
+// log, or from one cut off that does not know it was replaced.
+func leftMap(cm *kv.ClusterMap, self uint64, namedAt *uint64) bool {
+	if len(cm.Nodes) == 0 {
+		return false // a map of before the node list: nodes by their groups
+	}
+	if slices.Contains(cm.NodeIDs(), self) {
+		*namedAt = max(*namedAt, cm.Epoch)
+		return false
+	}
+	return cm.Epoch > *namedAt
 }
 
 // leaveMap retires the node as a whole: the map, at epoch, no longer has
@@ -1571,7 +1594,7 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 		}
 		clusterID = gc.Cluster
 	}
-	jr := joinRecord{Cluster: clusterID, Replica: cfg.ReplicaID, Members: FormatMembers(nodes), Groups: cluster.FormatGroups(sm.Groups)}
+	jr := joinRecord{Cluster: clusterID, Replica: cfg.ReplicaID, Members: FormatMembers(nodes), Groups: cluster.FormatGroups(sm.Groups), MapEpoch: cm.Epoch}
 	b, err := json.Marshal(jr)
 	if err != nil {
 		return cfg, err
@@ -1588,7 +1611,7 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 		logf("named by the cluster map (epoch %d) in %d group(s): joining them as a new member (or starting a new group as one of its first members)", cm.Epoch, len(recs))
 	}
 	cfg.Members, cfg.ClusterID, cfg.Groups, cfg.Join = nodes, clusterID, sm.Groups, ""
-	cfg.joinedGroups, cfg.Membership = true, nil
+	cfg.joinedGroups, cfg.Membership, cfg.namedAtMapEpoch = true, nil, cm.Epoch
 	return cfg, nil
 }
 

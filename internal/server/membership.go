@@ -81,6 +81,12 @@ type joinRecord struct {
 	// group was created, where its hosted masters run (the member sends
 	// them its master's messages).
 	ChainMasters []uint64 `json:"chain_masters,omitempty"`
+	// MapEpoch (a node's joinFile in a cluster of several groups): the
+	// epoch of the cluster map that named the node when it joined. Only a
+	// later map that does not name it takes it out (leftMap): an earlier
+	// one, from a metadata leader that has not applied the node's
+	// addition yet, merely predates it.
+	MapEpoch uint64 `json:"map_epoch,omitempty"`
 }
 
 // retiredRecord is retiredFile's content.
@@ -128,6 +134,15 @@ func CheckRetired(dir string) error {
 	return r.err(dir)
 }
 
+// Joined reports whether the node whose data directory is dir joined its
+// cluster (PrepareJoin recorded what the group or the map told it): a
+// restart then needs no --join. A directory without the record is a node
+// that has not joined yet, whatever else it holds.
+func Joined(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, joinFile))
+	return err == nil
+}
+
 // PrepareJoin resolves a node's group when it joins one as a new member:
 // from its data directory's joinFile if it joined before (a restart: no
 // --join needed), else, with cfg.Join, by asking the group (any member's
@@ -168,7 +183,7 @@ func PrepareJoin(ctx context.Context, cfg Config, logf func(format string, args 
 			if cfg.Groups, err = cluster.ParseGroups(jr.Groups); err != nil {
 				return cfg, fmt.Errorf("server: %s: %w", p, err)
 			}
-			cfg.joinedGroups, cfg.Membership = true, nil
+			cfg.joinedGroups, cfg.Membership, cfg.namedAtMapEpoch = true, nil, jr.MapEpoch
 			return cfg, nil
 		}
 		cfg.Membership = &cluster.Membership{Epoch: jr.Epoch, Members: cluster.MemberIDs(ms), Start: jr.Start, Previous: jr.Previous}

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -97,4 +99,28 @@ func TestUpGrowsAClusterOfGroups(t *testing.T) {
 			t.Errorf("kefir up %v: %v, want it refused saying %q and how to run the cluster:\n%s", c.args, err, c.says, out)
 		}
 	}
+}
+
+// A new node's directory without its join record (the node was killed
+// between creating it and recording what the map told it, or kefir up
+// stopped then) is a node that has not joined yet: the next kefir up
+// starts it with --join again, rather than as a node with neither --join
+// nor a record, which cannot start.
+func TestUpGrowsPastAnUnjoinedNodeDirectory(t *testing.T) {
+	base := freeBase(t, 4)
+	dir := t.TempDir()
+	a := upAddrsOf(base, 4)
+	u := startUp(t, "--dir", dir, "--base-port", strconv.Itoa(base), "--nodes", "3", "--groups", "2")
+	u.stop(t)
+	if err := os.Mkdir(filepath.Join(dir, "n4"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	u = startUp(t, "--dir", dir, "--base-port", strconv.Itoa(base), "--nodes", "4", "--groups", "2")
+	if !strings.Contains(u.banner, "Added to the cluster, hosting no replica yet: n4") {
+		t.Fatalf("the banner does not say n4 was added:\n%s", u.banner)
+	}
+	if r := setOnce(a.client[3], "through", "n4"); r != "+OK" {
+		t.Fatalf("SET through n4: %s", r)
+	}
+	u.stop(t)
 }
