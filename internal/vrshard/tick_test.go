@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kefirdb/kefir/internal/testgroup"
+	"github.com/kefirdb/kefir/internal/vr"
 )
 
 // TestFollowerTicksOncePerHeartbeat: a normal VR follower's driver ticks at
@@ -93,5 +94,29 @@ func TestNewLeaderTicksFastAtOnce(t *testing.T) {
 	want := int64(r.opts.TickInterval)
 	if !testgroup.Until(300*time.Millisecond, time.Millisecond, func() bool { return r.tickPeriod.Load() == want }) {
 		t.Fatalf("new leader %d ticks every %v 300ms after its election; want %v", nl, time.Duration(r.tickPeriod.Load()), r.opts.TickInterval)
+	}
+}
+
+// TestViewChangeTicksFast: a replica in a view change keeps the fast tick
+// (it resends its start-view-change and do-view-change on it), though it is
+// no leader: the group's leader restarted alone comes back into a view
+// change it cannot finish (tickFor's status check).
+func TestViewChangeTicksFast(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	l := c.leader(10 * time.Second)
+	for i := range c.reps {
+		c.kill(i)
+	}
+	c.open(l, false, nil)
+	r := c.reps[l]
+	if !testgroup.Until(5*time.Second, time.Millisecond, func() bool {
+		return vr.Status(r.status.Load()) == vr.ViewChange && r.tickPeriod.Load() == int64(r.opts.TickInterval)
+	}) {
+		t.Fatalf("restarted leader alone: status %v, ticks every %v; want a view change at %v",
+			vr.Status(r.status.Load()), time.Duration(r.tickPeriod.Load()), r.opts.TickInterval)
+	}
+	time.Sleep(50 * time.Millisecond) // rounds after it: still fast
+	if p := time.Duration(r.tickPeriod.Load()); p != r.opts.TickInterval || r.isLeader.Load() {
+		t.Fatalf("restarted leader alone ticks every %v (leader %v); want %v", p, r.isLeader.Load(), r.opts.TickInterval)
 	}
 }
