@@ -55,13 +55,16 @@ func (r *Replica) tryDriver() bool {
 }
 
 // endInline ends an inline round that returned err, and wakes run if the
-// round failed the replica (run then returns, failing every waiter) or
-// changed the hold timer run waits on.
+// round failed the replica (run then returns, failing every waiter),
+// changed the hold timer run waits on, or changed the role so that run's
+// ticker must change period (tickFor): a follower that enters a view change
+// or becomes leader inline must not wait a follower's tick for it.
 func (r *Replica) endInline(err error) {
 	if err != nil {
 		r.fail(err)
 	}
-	kick := r.failed() != nil || r.gc.timerC != r.runTimerC
+	kick := r.failed() != nil || r.gc.timerC != r.runTimerC ||
+		int64(r.tickFor()) != r.tickPeriod.Load()
 	r.inlineRound = false
 	r.drv.Unlock()
 	if kick {

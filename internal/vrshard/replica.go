@@ -940,8 +940,10 @@ type Replica struct {
 	// names and the tail compares.
 	chainEpoch atomic.Uint64
 	status     atomic.Uint32
-	// tickPeriod is the driver's tick period now (tickFor; ns).
+	// tickPeriod is the driver's tick period now (tickFor; ns); ticks
+	// counts the ticks it ran (onTick), which tests compare with it.
 	tickPeriod atomic.Int64
+	ticks      atomic.Uint64
 	view       atomic.Uint64
 	dlogLen    atomic.Int64
 	// Nilext view-change figures of the core's Info (read.go Info).
@@ -1514,8 +1516,10 @@ func (r *Replica) run() {
 // (docs/design/scans.md, "Eighth round"). A leader heartbeats and checks its
 // reads and lease on the fast tick; a view change resends on it; a chain
 // member's and a nilext replica's timers are left as they were. A round
-// that changes the role, inline included (inline.go), takes effect by the
-// next tick at the latest.
+// that changes the role takes effect at its end: run's own at once, an
+// inline one (inline.go) by waking run (endInline), since a view change
+// or an election completes from peer messages alone, which a follower
+// mostly steps inline.
 func (r *Replica) tickFor() time.Duration {
 	if r.opts.Chain != nil || r.opts.Nilext || r.isLeader.Load() || vr.Status(r.status.Load()) != vr.Normal {
 		return r.opts.TickInterval
@@ -1525,6 +1529,7 @@ func (r *Replica) tickFor() time.Duration {
 
 // onTick runs the core's timers at the driver's clock.
 func (r *Replica) onTick() {
+	r.ticks.Add(1)
 	r.core.Tick(r.now())
 	r.noteView(viewCause{kind: 't'})
 	r.ext.tick()
