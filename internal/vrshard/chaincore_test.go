@@ -757,21 +757,6 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 		logs    map[uint64][]string
 		replies int
 	}
-	logOf := func(t *testing.T, b *chainBed, id uint64) []string {
-		var out []string
-		for _, e := range b.disk[id] {
-			ce, err := fromLogEntry(e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			req, err := decodeChainOp(ce.Op)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, string(req.Data))
-		}
-		return out
-	}
 	headChange := func(t *testing.T, off bool) run {
 		b := headChangedBed(t, off)
 		if !b.cores[2].isHead() {
@@ -1022,6 +1007,24 @@ func (b *chainBed) dropFirstUpdate(from, to chain.NodeID) *bool {
 		return false
 	}
 	return dropped
+}
+
+// logOf is the data of the writes member id's disk holds, in order.
+func logOf(t *testing.T, b *chainBed, id uint64) []string {
+	t.Helper()
+	var out []string
+	for _, e := range b.disk[id] {
+		ce, err := fromLogEntry(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := decodeChainOp(ce.Op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, string(req.Data))
+	}
+	return out
 }
 
 // headOf is the bed's head.
@@ -1290,17 +1293,7 @@ func TestChainJoinerMergesNoHole(t *testing.T) {
 		}
 		logs = map[uint64][]string{}
 		for _, id := range b.master.Members() {
-			for _, e := range b.disk[uint64(id)] {
-				ce, err := fromLogEntry(e)
-				if err != nil {
-					t.Fatal(err)
-				}
-				req, err := decodeChainOp(ce.Op)
-				if err != nil {
-					t.Fatal(err)
-				}
-				logs[uint64(id)] = append(logs[uint64(id)], string(req.Data))
-			}
+			logs[uint64(id)] = logOf(t, b, uint64(id))
 		}
 		if len(b.replies[1]) != 3 {
 			t.Fatalf("%d writes answered, want 3", len(b.replies[1]))
