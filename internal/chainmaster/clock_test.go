@@ -11,6 +11,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // leaderMeta is fakeMeta whose node can lose the metadata group's
@@ -217,6 +218,9 @@ func (c *clockedMaster) run(until time.Duration, ids ...chain.NodeID) {
 func TestMasterStallIsNotTheMembersSilence(t *testing.T) {
 	const hb, lease, failAfter = 50 * time.Millisecond, 500 * time.Millisecond, time.Second
 	for _, broken := range []bool{false, true} {
+		if broken && !mutation.On {
+			continue // the mutation does nothing without -tags mutations
+		}
 		cfg := Config{Heartbeat: hb, Lease: lease, FailAfter: failAfter, StartGrace: failAfter}
 		cfg.mut.noStallGrace = broken
 		c := newClockedMaster(t, cfg)
@@ -254,6 +258,9 @@ func TestMasterStallIsNotTheMembersSilence(t *testing.T) {
 func TestPrecopyingJoinerGetsStartGrace(t *testing.T) {
 	const hb, lease, failAfter, grace = 50 * time.Millisecond, 500 * time.Millisecond, time.Second, 5 * time.Second
 	for _, broken := range []bool{false, true} {
+		if broken && !mutation.On {
+			continue // the mutation does nothing without -tags mutations
+		}
 		cfg := Config{Heartbeat: hb, Lease: lease, FailAfter: failAfter, StartGrace: grace}
 		cfg.mut.joinerFailAfter = broken
 		c := newClockedMaster(t, cfg)

@@ -137,6 +137,10 @@ type chainCore struct {
 	// than the member's LU is taken whatever its number (lostUpdate), the
 	// code before the host simulation ran chains.
 	epochGapOff bool
+	// mergeGapOff (-tags mutations): a joiner merges what its predecessor
+	// sent during the join without checking it follows the log flush
+	// (mergeGap), the code before.
+	mergeGapOff bool
 	// readLeaseForever (-tags mutations): the head's read lease
 	// (readLease) ignores the master's lease.
 	readLeaseForever bool
@@ -467,8 +471,52 @@ func (c *chainCore) Step(_ int64, m chain.Msg) {
 		if m.Epoch >= c.status().Epoch {
 			c.setChain(m.Members)
 		}
+		if c.status().State == chain.Joining {
+			n := len(c.m.History())
+			c.m.Step(m)
+			if c.status().State == chain.Active {
+				if why := c.mergeGap(n); why != "" {
+					c.rejoin(why)
+				}
+			}
+			return
+		}
 	}
 	c.m.Step(m)
+}
+
+// mergeGap checks the entries a joiner's merge (its FLUSH's second
+// arrival) appended after the n it held: what its new predecessor sent
+// while it joined must follow the log flush without a hole, by lostUpdate's
+// rule (the next number in the same numbering epoch, else the first of a
+// newer one). The link numbering cannot see a loss there: the joiner may
+// never have heard from its new predecessor before, so the first update it
+// gets from it sets the link's baseline, and it is not active yet, so
+// lostUpdate does not look; a lost first update would be merged over
+// (its successor rejoins on the relay, but the joiner, the tail once the
+// master repairs around it, holds neither it nor — for its reads — its
+// write, which the head answers when the tail acknowledges the next).
+func (c *chainCore) mergeGap(n int) string {
+	if mutation.On && c.mergeGapOff {
+		return ""
+	}
+	hist := c.m.History()
+	_, prev := c.m.Base()
+	if n > 0 {
+		prev = hist[n-1].Seq
+	}
+	for _, e := range hist[min(n, len(hist)):] {
+		ok := e.Seq == prev+1
+		if e.Seq>>chainSeqBits != prev>>chainSeqBits {
+			ok = e.Seq&(1<<chainSeqBits-1) == 1
+		}
+		if prev != 0 && !ok {
+			return fmt.Sprintf("update %s merged after %s: an update from the predecessor was lost during the join",
+				chain.FormatSeq(e.Seq), chain.FormatSeq(prev))
+		}
+		prev = e.Seq
+	}
+	return ""
 }
 
 // linkIn is what a member's link to this one delivered: the sender's

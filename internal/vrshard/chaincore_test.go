@@ -757,21 +757,6 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 		logs    map[uint64][]string
 		replies int
 	}
-	logOf := func(t *testing.T, b *chainBed, id uint64) []string {
-		var out []string
-		for _, e := range b.disk[id] {
-			ce, err := fromLogEntry(e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			req, err := decodeChainOp(ce.Op)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, string(req.Data))
-		}
-		return out
-	}
 	headChange := func(t *testing.T, off bool) run {
 		b := headChangedBed(t, off)
 		if !b.cores[2].isHead() {
@@ -1024,6 +1009,24 @@ func (b *chainBed) dropFirstUpdate(from, to chain.NodeID) *bool {
 	return dropped
 }
 
+// logOf is the data of the writes member id's disk holds, in order.
+func logOf(t *testing.T, b *chainBed, id uint64) []string {
+	t.Helper()
+	var out []string
+	for _, e := range b.disk[id] {
+		ce, err := fromLogEntry(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := decodeChainOp(ce.Op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, string(req.Data))
+	}
+	return out
+}
+
 // headOf is the bed's head.
 func headOf(t *testing.T, b *chainBed) uint64 {
 	t.Helper()
@@ -1223,5 +1226,96 @@ func TestChainCoreReadLease(t *testing.T) {
 		t.Fatal("readLeaseForever not caught")
 	} else {
 		t.Logf("readLeaseForever: the lease runs until %d, past the master's (150 ms): caught", l.Until)
+	}
+}
+
+// TestChainJoinerMergesNoHole: a node (4) joins a chain of three before its
+// tail; its new predecessor (2) sends it its first two updates while the
+// FLUSH is still on its way round, and the first is lost. The joiner has
+// never heard from 2 (its pre-copy came from the tail), so the link
+// numbering takes the second as its baseline, and a joiner is not checked
+// by lostUpdate: without mergeGap it merged w3 over the hole and, once the
+// master repaired around the old tail (which rejoined on the relayed w3),
+// was the tail of a chain whose head answered w2 — a write the tail never
+// held. With it the joiner rejoins at the merge, and the chain ends with
+// every member holding the head's log.
+func TestChainJoinerMergesNoHole(t *testing.T) {
+	run := func(off bool) (logs map[uint64][]string, rejoins int) {
+		b := newChainBed(t, 1, 2, 3)
+		if err := b.propose(1, 7, 1, "w1"); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		j, err := openChain(chainConfig{Self: 4, Master: bedMaster, Members: []uint64{1, 2, 3}}, core.Boot{LostState: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.mergeGapOff = off
+		b.cores[4] = j
+		proposed, dropped := false, false
+		var held *chain.Msg
+		b.drop = func(m chain.Msg) bool {
+			switch {
+			case !proposed && m.Type == chain.MsgFlush && m.From == 1 && m.To == 2:
+				proposed = true
+				for i := uint64(2); i <= 3; i++ {
+					if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			case held == nil && m.Type == chain.MsgFlush && m.From == 3 && m.To == 4:
+				held = &m // a slow link 3→4: the FLUSH comes round after 2's updates
+				return true
+			case !dropped && m.Type == chain.MsgUpdate && m.From == 2 && m.To == 4:
+				dropped = true
+				return true
+			case held != nil && m.Type == chain.MsgUpdate && m.From == 2 && m.To == 4:
+				b.queue = append(b.queue, *held)
+			}
+			return false
+		}
+		if err := b.master.Join(4, 3); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		b.drop = nil
+		if !proposed || !dropped || held == nil {
+			t.Fatalf("the scenario did not happen: proposed %v, dropped %v, FLUSH held %v", proposed, dropped, held != nil)
+		}
+		rejoins = b.cores[4].rejoins
+		// What chainmaster does on the heartbeats of the members that
+		// rejoined (not replicas): fail them, the chain repaired around.
+		for _, id := range []uint64{3, 4} {
+			if c := b.cores[id]; c != nil && c.status().State != chain.Active {
+				b.master.Fail(chain.NodeID(id))
+				b.pump()
+			}
+		}
+		logs = map[uint64][]string{}
+		for _, id := range b.master.Members() {
+			logs[uint64(id)] = logOf(t, b, uint64(id))
+		}
+		if len(b.replies[1]) != 3 {
+			t.Fatalf("%d writes answered, want 3", len(b.replies[1]))
+		}
+		return logs, rejoins
+	}
+	logs, rejoins := run(false)
+	t.Logf("chain %v, joiner rejoins %d", logs, rejoins)
+	if rejoins != 1 {
+		t.Fatalf("the joiner rejoined %d times, want once (at the merge)", rejoins)
+	}
+	for id, l := range logs {
+		if !slices.Equal(l, []string{"w1", "w2", "w3"}) {
+			t.Fatalf("member %d holds %v after the head answered w1 w2 w3", id, l)
+		}
+	}
+	if !mutation.On {
+		return
+	}
+	logs, _ = run(true)
+	t.Logf("mergeGapOff: chain %v", logs)
+	if slices.Equal(logs[4], []string{"w1", "w2", "w3"}) {
+		t.Fatalf("mergeGapOff not caught: the joiner holds %v", logs[4])
 	}
 }
