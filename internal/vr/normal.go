@@ -214,7 +214,12 @@ func (r *Replica) onPrepareOK(j int, m *Message) {
 	}
 	if m.HBSeq > r.hbAcked[j] {
 		r.hbAcked[j] = m.HBSeq
-		r.ackAt[j] = r.hbSentAt(m.HBSeq)
+		// A heartbeat whose send time has left the ring (hbSentAt 0) was
+		// sent after the one acknowledged before, so that one's time still
+		// bounds it from below: keeping it keeps the lease and
+		// quorumAckAt from falling back (a leader whose followers are slow
+		// to acknowledge would count itself without a quorum: suspects).
+		r.ackAt[j] = max(r.ackAt[j], r.hbSentAt(m.HBSeq))
 	}
 	r.onPeerAck(j, m)
 	r.advanceCommit()

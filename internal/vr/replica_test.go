@@ -1100,3 +1100,74 @@ func TestPreVotesStillReplaceADeadLeader(t *testing.T) {
 		t.Fatalf("replica 2 should lead view 1 after the leader died: %+v (3: %+v)", i, n.rs[3].Info())
 	}
 }
+
+// TestLateAckKeepsQuorumAck: a follower's acknowledgement of a heartbeat
+// whose send time has left the leader's ring (hbRing heartbeats sent since:
+// each Ready with a read-index read or a durability wait sends one) tells
+// the leader that follower heard a heartbeat at least as late as the one it
+// acked before. It must not erase what that earlier one showed: the lease
+// would end early, and a leader whose followers all acknowledge it would
+// count itself without a quorum and answer a lone peer's pre-vote
+// (suspects).
+func TestLateAckKeepsQuorumAck(t *testing.T) {
+	n := newNet(t, 3)
+	for i := 0; i < 12; i++ { // past the view-change timeout since the view began
+		n.tick(10*time.Millisecond, 1)
+		n.deliver(nil)
+	}
+	// A heartbeat reaches both followers; their acknowledgements are slow.
+	n.tick(10*time.Millisecond, 1)
+	n.deliverOnce(func(m Message) bool { return m.To != 1 })
+	late := n.q
+	n.q = nil
+	// The leader sends more than a ring of heartbeats (read-index reads,
+	// one a Ready), which never arrive.
+	for i := 0; i <= hbRing; i++ {
+		if err := n.rs[1].ReadIndex(n.now, uint64(1000+i)); err != nil {
+			t.Fatal(err)
+		}
+		n.ready(1)
+		n.q = nil
+	}
+	n.now += int64(time.Millisecond)
+	n.q = late
+	n.deliver(func(m Message) bool { return m.To == 1 })
+	if _, err := n.rs[1].LeaseRead(n.now); err != nil {
+		t.Fatalf("a late acknowledgement ended the lease its followers still back: %v", err)
+	}
+	if i := n.preVoteTo(3, 1); i.Status != Normal || i.View != 0 {
+		t.Fatalf("a leader whose followers acknowledge it answered a lone pre-vote: %+v", i)
+	}
+}
+
+// preVoteTo steps into replica to a pre-vote from replica from for the view
+// after from's, and returns to's Info after it.
+func (n *tnet) preVoteTo(from, to uint64) Info {
+	pv := Message{Type: MsgStartViewChange, View: n.rs[from].Info().View + 1, Op: preVoteMark}
+	n.rs[from].stamp(&pv, to)
+	n.rs[to].Step(n.now, pv)
+	return n.rs[to].Info()
+}
+
+// TestNewLeaderDoesNotSuspectItself: a replica that has just formed its
+// view has heard no follower acknowledge it yet, and heard its old leader
+// last more than a view-change timeout ago (it suspected it): it must count
+// from the view's start (tryStartView), or the first pre-vote for the next
+// view it gets — a replica whose view change to this view stalled — would
+// move it on at once.
+func TestNewLeaderDoesNotSuspectItself(t *testing.T) {
+	n := newNet(t, 3)
+	n.tick(60 * time.Millisecond) // past the promise each replica makes at start
+	n.deliver(nil)
+	away := func(m Message) bool { return m.From != 1 && m.To != 1 }
+	for i := 0; i < 8 && (n.rs[2].Info().Status != Normal || n.rs[2].Info().View == 0); i++ {
+		n.tick(30*time.Millisecond, 2, 3)
+		n.deliver(away)
+	}
+	if i := n.rs[2].Info(); i.Status != Normal || !i.IsLeader || i.View != 1 {
+		t.Fatalf("replica 2 should lead view 1: %+v", i)
+	}
+	if i := n.preVoteTo(3, 2); i.Status != Normal || i.View != 1 {
+		t.Fatalf("a leader that has just formed its view answered a pre-vote: %+v", i)
+	}
+}
