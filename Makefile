@@ -46,7 +46,7 @@ RACE_PKGS = ./client/... ./cmd/... ./internal/check/... ./internal/cluster/... .
 	./internal/seglog/... ./internal/storage/... ./internal/transport/... ./internal/vfs/... ./internal/vrshard/... ./test/...
 
 test-race-concurrent:
-	$(GO) test $(TEST_TAGS) -count=1 -race -timeout 20m $(RACE_PKGS)
+	$(GO) test $(TEST_TAGS) -count=1 -race -timeout 40m $(RACE_PKGS)
 
 # Longer randomized runs (crash-recovery seeds, simulator seeds, crash loops of
 # real processes under SIGKILL): minutes to hours.

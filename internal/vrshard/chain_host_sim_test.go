@@ -271,6 +271,11 @@ func hostChainSeeds() int {
 	if os.Getenv("KEFIR_SOAK") != "" {
 		return 300
 	}
+	if raceOn {
+		// The simulation runs on one goroutine: the detector finds little
+		// there, at 5–10× the time (CI's race phase has a budget).
+		return 2
+	}
 	return 6
 }
 

@@ -355,6 +355,8 @@ func TestMoveSimPlaced(t *testing.T) {
 	seeds := 4
 	if os.Getenv("KEFIR_SOAK") == "1" {
 		seeds = 100
+	} else if raceOn {
+		seeds = 1 // one goroutine: little for the detector, 5–10× the time
 	}
 	sc := func() *moveScale { return &moveScale{nodes: 9, groups: 12, keys: 8, clients: 6, ops: 60} }
 	for _, tc := range []struct {
