@@ -692,6 +692,16 @@ func (s *Server) retireReplica(lg cluster.LocalGroup, m cluster.Membership, remo
 // its last replica to retire, of group id) and stops it: every group took
 // it out.
 func (s *Server) retireNode(r retiredRecord, id cluster.GroupID) bool {
+	return s.stopRetired(r, fmt.Errorf("%w: replica %d left every group it hosted (cluster %d; the last, group %d, at epoch %d with members %v). %s is kept as it was and the node does not rejoin; to make this machine a node again wipe --dir and start it as a new one (kefir server --join, then kefir cluster replace-node)",
+		ErrRetired, s.cfg.ReplicaID, s.cfg.ClusterID, id, r.Epoch, r.Members, s.cfg.DataDir),
+		"every replica of this node retired: stopping", "group", uint64(id))
+}
+
+// stopRetired stops the node as retired, once: it records r as the node's
+// retirement (a restart then refuses: CheckRetired; kefir up leaves it
+// down), logs why, and ends the node with retErr. retireNode and leaveMap
+// are its two reasons.
+func (s *Server) stopRetired(r retiredRecord, retErr error, why string, attrs ...any) bool {
 	gs := s.groups
 	gs.once.Do(func() {
 		if s.cfg.FS == nil {
@@ -700,9 +710,8 @@ func (s *Server) retireNode(r retiredRecord, id cluster.GroupID) bool {
 				s.log.Error("record the node's retirement", "err", err)
 			}
 		}
-		gs.retErr = fmt.Errorf("%w: replica %d left every group it hosted (cluster %d; the last, group %d, at epoch %d with members %v). %s is kept as it was and the node does not rejoin; to make this machine a node again wipe --dir and start it as a new one (kefir server --join, then kefir cluster replace-node)",
-			ErrRetired, s.cfg.ReplicaID, s.cfg.ClusterID, id, r.Epoch, r.Members, s.cfg.DataDir)
-		s.log.Warn("every replica of this node retired: stopping", "group", uint64(id))
+		gs.retErr = retErr
+		s.log.Warn(why, attrs...)
 		close(gs.retired)
 	})
 	return true
@@ -731,20 +740,8 @@ func leftMap(cm *kv.ClusterMap, self uint64, namedAt *uint64) bool {
 // it (kefir cluster remove-node took it out, hosting nothing). Its record
 // makes a restart refuse (CheckRetired) and kefir up leave it down.
 func (s *Server) leaveMap(epoch uint64) bool {
-	gs := s.groups
-	gs.once.Do(func() {
-		r := retiredRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, LeftMapAt: epoch}
-		if s.cfg.FS == nil {
-			b, _ := json.Marshal(r)
-			if err := vfs.WriteFileDurably(vfs.Default, s.cfg.DataDir, filepath.Join(s.cfg.DataDir, retiredFile), b); err != nil {
-				s.log.Error("record the node's retirement", "err", err)
-			}
-		}
-		gs.retErr = r.err(s.cfg.DataDir)
-		s.log.Warn("this node was taken out of the cluster map: stopping", "map_epoch", epoch)
-		close(gs.retired)
-	})
-	return true
+	r := retiredRecord{Cluster: s.cfg.ClusterID, Replica: s.cfg.ReplicaID, LeftMapAt: epoch}
+	return s.stopRetired(r, r.err(s.cfg.DataDir), "this node was taken out of the cluster map: stopping", "map_epoch", epoch)
 }
 
 // noteEmpty logs, once the node's last group was removed from the map (at
@@ -1471,6 +1468,19 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 		return cfg, fmt.Errorf("server: the cluster map at epoch %d: %w", cm.Epoch, err)
 	}
 	clusterID := cfg.ClusterID
+	// knowClusterID sets clusterID, when no flag or group gave it, from
+	// the metadata group's configuration (the map does not carry it).
+	knowClusterID := func(what string) error {
+		if clusterID != 0 {
+			return nil
+		}
+		gc, err := mv.GroupConfigOf(ctx, cluster.MetaGroupID)
+		if err != nil {
+			return fmt.Errorf("server: %sthe cluster's id from its metadata group: %w", what, err)
+		}
+		clusterID = gc.Cluster
+		return nil
+	}
 	type pending struct {
 		dir string
 		b   []byte
@@ -1495,14 +1505,8 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 				}
 				ms = append(ms, n)
 			}
-			if clusterID == 0 {
-				// The cluster's id, from any running group's
-				// configuration (the map does not carry it).
-				gc, err := mv.GroupConfigOf(ctx, cluster.MetaGroupID)
-				if err != nil {
-					return cfg, fmt.Errorf("server: start group %d: the cluster's id from its metadata group: %w", g.ID, err)
-				}
-				clusterID = gc.Cluster
+			if err := knowClusterID(fmt.Sprintf("start group %d: ", g.ID)); err != nil {
+				return cfg, err
 			}
 			b, err := json.Marshal(joinRecord{Cluster: clusterID, Replica: cfg.ReplicaID, Members: FormatMembers(ms), Slots: groupSlots(g.ID, nil), Created: true, Engine: mg.Engine, ChainMasters: chainMasters(mg, cm)})
 			if err != nil {
@@ -1561,12 +1565,8 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 			}
 			ms = append(ms, n)
 		}
-		if clusterID == 0 {
-			gc, err := mv.GroupConfigOf(ctx, cluster.MetaGroupID)
-			if err != nil {
-				return cfg, fmt.Errorf("server: join chain group %d: the cluster's id from its metadata group: %w", mg.ID, err)
-			}
-			clusterID = gc.Cluster
+		if err := knowClusterID(fmt.Sprintf("join chain group %d: ", mg.ID)); err != nil {
+			return cfg, err
 		}
 		id := cluster.GroupID(mg.ID)
 		b, err := json.Marshal(chainJoinRecord(clusterID, cfg.ReplicaID, id, ms, slotsOf(sm, id), cm.MetaMembers()))
@@ -1585,14 +1585,8 @@ func prepareJoinGroups(ctx context.Context, cfg Config, mv *cluster.Mover, logf 
 			return cfg, fmt.Errorf("server: write %s: %w", filepath.Join(r.dir, joinFile), err)
 		}
 	}
-	if clusterID == 0 {
-		// Named in no group yet: the cluster's id from its metadata
-		// group, as for a group this node starts.
-		gc, err := mv.GroupConfigOf(ctx, cluster.MetaGroupID)
-		if err != nil {
-			return cfg, fmt.Errorf("server: the cluster's id from its metadata group: %w", err)
-		}
-		clusterID = gc.Cluster
+	if err := knowClusterID(""); err != nil { // named in no group yet
+		return cfg, err
 	}
 	jr := joinRecord{Cluster: clusterID, Replica: cfg.ReplicaID, Members: FormatMembers(nodes), Groups: cluster.FormatGroups(sm.Groups), MapEpoch: cm.Epoch}
 	b, err := json.Marshal(jr)
