@@ -323,7 +323,7 @@ func (u *upCluster) recordJoined() error {
 			seeds = append(seeds, n.client)
 		}
 	}
-	u.joined = []string{}
+	u.recorded = true
 	if len(seeds) == len(u.nodes) {
 		return nil
 	}
@@ -360,7 +360,8 @@ type upCluster struct {
 	self     string
 	grp      *upGroup
 	nodes    []*upNode
-	joined   []string // nodes added after the cluster's first start, once in the map (recordJoined); nil before
+	joined   []string // nodes recordJoined put in the map this run (the banner names them)
+	recorded bool     // recordJoined ran: every joining node is in the map, and may be probed
 	events   chan upEvent
 	restartc chan *upNode
 	done     chan struct{} // closed when runUp returns
@@ -525,7 +526,7 @@ func (u *upCluster) settled() (bool, string) {
 	var view, leader uint64
 	var sts []*nodeStatus
 	for i, n := range u.nodes {
-		if n.joining && u.joined == nil {
+		if n.joining && !u.recorded {
 			// Not in the map yet (recordJoined, once the rest is up): it
 			// waits to be named before it serves.
 			sts = append(sts, &nodeStatus{})
