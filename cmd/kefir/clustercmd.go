@@ -974,10 +974,10 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 // on the map's live nodes (cluster.PlaceMembers), or nil once it has them
 // (said on stdout, as JSON with asJSON). A rerun must not place them a
 // second time: if the group's own configuration has r members, the map's
-// and others — it grew
-// before the map said so (its leader records it within a second) — the
-// others are the earlier run's choice and are asked for again (the
-// reconfiguration is then a no-op), as cluster.NodeChange does for replace-node (placedMembers).
+// and others — it grew before the map said so (its leader records it
+// within a second) — the others are the earlier run's choice and are asked
+// for again (the reconfiguration is then a no-op), as cluster.NodeChange
+// does for replace-node (placedMembers).
 func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g cluster.GroupID, r int, asJSON bool, stdout, stderr io.Writer) ([]cluster.Member, error) {
 	if g == 0 {
 		return nil, usageError{errors.New("add-members in a cluster of several groups needs --group G (65535: the metadata group)")}
@@ -994,8 +994,11 @@ func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g c
 		return nil, err
 	}
 	var ids []uint64
-	if cur, err := mv.GroupConfigOf(ctx, g); err == nil && grownAlready(ms, cur.Members, r) != nil {
+	cur, err := mv.GroupConfigOf(ctx, g)
+	if err == nil {
 		ids = grownAlready(ms, cur.Members, r)
+	}
+	if ids != nil {
 		fmt.Fprintf(stderr, "kefir cluster: %s has grown to %v already (the map does not say so yet): recording it\n", cluster.GroupName(g), cur.Members)
 	} else {
 		live := cluster.LiveNodes(ctx, mv, cm, 0)

@@ -27,6 +27,26 @@ func configReply(epoch int64, members, previous []uint64) resp.Value {
 		ids(members), ids(previous), {Kind: resp.Int, Int: int64(members[0])}, {Kind: resp.Array}}}
 }
 
+// nodeChangeMap is the map of the NodeChange tests: group 1 [1 3 5] on
+// nodes 1-9 (client address "nID").
+func nodeChangeMap() *kv.ClusterMap {
+	cm := &kv.ClusterMap{Epoch: 4, Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 3, 5}}}}
+	for id := uint64(1); id <= 9; id++ {
+		cm.Nodes = append(cm.Nodes, kv.MapNode{ID: id, ClientAddr: "n" + strconv.FormatUint(id, 10), PeerAddr: "p"})
+	}
+	return cm
+}
+
+// reconfigIDs is the members a KEFIR.GROUP RECONFIG GROUP g id... asks for.
+func reconfigIDs(args [][]byte) []uint64 {
+	var ids []uint64
+	for _, a := range args[4:] {
+		id, _ := strconv.ParseUint(string(a), 10, 64)
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 // A placed replacement (the repairer's, or replace-node --old N without
 // --new) that waits for the group's last change to catch up must ask for
 // the members the group has when the wait ends, not when it began: an
@@ -36,10 +56,7 @@ func configReply(epoch int64, members, previous []uint64) resp.Value {
 // leaving the group one caught-up member from losing its majority.
 func TestPlacedChangeAsksTheGroupAfterTheCatchUpWait(t *testing.T) {
 	// The map: group 1 [1 3 5]; node 3 is replaced by node 7 (placed).
-	cm := &kv.ClusterMap{Epoch: 4, Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 3, 5}}}}
-	for id := uint64(1); id <= 9; id++ {
-		cm.Nodes = append(cm.Nodes, kv.MapNode{ID: id, ClientAddr: "n" + strconv.FormatUint(id, 10), PeerAddr: "p"})
-	}
+	cm := nodeChangeMap()
 	var mu sync.Mutex
 	// The group: epoch 2 [1 3 5], node 5 added by its last change and
 	// still pulling the state. While the change waits for it, an operator
@@ -61,10 +78,7 @@ func TestPlacedChangeAsksTheGroupAfterTheCatchUpWait(t *testing.T) {
 			}
 			return progressReply(epoch, 150, 190, [3]int64{3, 190, 190}, [3]int64{9, 190, 190}), nil
 		case "RECONFIG":
-			for _, a := range args[4:] {
-				id, _ := strconv.ParseUint(string(a), 10, 64)
-				asked = append(asked, id)
-			}
+			asked = append(asked, reconfigIDs(args)...)
 			return resp.Value{Kind: resp.Error, Str: []byte("ERR stop here")}, nil
 		}
 		t.Fatalf("unexpected command %q", args)
@@ -87,10 +101,7 @@ func TestPlacedChangeAsksTheGroupAfterTheCatchUpWait(t *testing.T) {
 // not undo the repairer's change (5 a member again, 9 dropped): the group's
 // own configuration decides, as for a placed replacement.
 func TestExplicitReplaceKeepsAConcurrentChange(t *testing.T) {
-	cm := &kv.ClusterMap{Epoch: 4, Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 3, 5}}}}
-	for id := uint64(1); id <= 9; id++ {
-		cm.Nodes = append(cm.Nodes, kv.MapNode{ID: id, ClientAddr: "n" + strconv.FormatUint(id, 10), PeerAddr: "p"})
-	}
+	cm := nodeChangeMap()
 	var asked []uint64
 	tr := func(ctx context.Context, addr string, args [][]byte) (resp.Value, error) {
 		switch strings.ToUpper(string(args[1])) {
@@ -101,10 +112,7 @@ func TestExplicitReplaceKeepsAConcurrentChange(t *testing.T) {
 		case "PROGRESS":
 			return progressReply(3, 150, 190, [3]int64{3, 190, 190}, [3]int64{9, 190, 190}), nil
 		case "RECONFIG":
-			for _, a := range args[4:] {
-				id, _ := strconv.ParseUint(string(a), 10, 64)
-				asked = append(asked, id)
-			}
+			asked = append(asked, reconfigIDs(args)...)
 			return resp.Value{Kind: resp.Error, Str: []byte("ERR stop here")}, nil
 		}
 		t.Fatalf("unexpected command %q", args)

@@ -145,11 +145,12 @@ func PlacedEarlier(cm *kv.ClusterMap, r int, id uint64, engine string) (kv.MapGr
 // map, is a chain (PlanAddMembers' refusal) or too few nodes are up.
 // PlanAddMembers checks the rest (an even count).
 func PlaceMembers(cm *kv.ClusterMap, g GroupID, r int, live func(id uint64) bool) ([]uint64, error) {
-	i := slices.IndexFunc(mapGroups(cm), func(mg kv.MapGroup) bool { return mg.ID == uint64(g) })
+	groups := mapGroups(cm)
+	i := slices.IndexFunc(groups, func(mg kv.MapGroup) bool { return mg.ID == uint64(g) })
 	if i < 0 {
 		return nil, fmt.Errorf("group %d is not a group of the cluster map (epoch %d)", g, cm.Epoch)
 	}
-	grp := mapGroups(cm)[i]
+	grp := groups[i]
 	if grp.IsChain() {
 		return nil, errGrowChain(grp)
 	}

@@ -147,6 +147,9 @@ func (w *RepairWatch) Due(now time.Time, cm *kv.ClusterMap, after time.Duration)
 			w.seen[n.ID] = now // watched from now: a whole after to answer
 		}
 	}
+	if len(cm.Moves) > 0 { // the move finishes first; the watch goes on counting
+		return RepairDecision{}, false, nil
+	}
 	live := func(id uint64) bool { return w.up[id] }
 	for _, n := range cm.Nodes {
 		id := n.ID
@@ -161,9 +164,6 @@ func (w *RepairWatch) Due(now time.Time, cm *kv.ClusterMap, after time.Duration)
 		}
 		if !slices.ContainsFunc(groups, func(g kv.MapGroup) bool { return slices.Contains(g.Members, id) }) {
 			continue
-		}
-		if len(cm.Moves) > 0 {
-			return RepairDecision{}, false, nil
 		}
 		if r, failed := w.retry[id]; failed && now.Before(r) {
 			continue

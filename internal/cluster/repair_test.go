@@ -147,6 +147,38 @@ func checkRepairQuorum() error {
 	return nil
 }
 
+// checkRepairChainQuorum: a chain group is reconfigured by its master
+// through any one member that has the state, so it is repaired while one
+// of its members answers — though a majority does not — and skipped only
+// when none does (Due's chain branch; the VR rule would skip it).
+func checkRepairChainQuorum() error {
+	const after = time.Second
+	t0 := time.Unix(1000, 0)
+	// Group 1 [1 5 6] (VR), chain group 2 [2 3 4], the metadata group
+	// [1 2 3]. Nodes 2 and 3 dead: the chain keeps node 4, the metadata
+	// group has lost its majority.
+	cm := repairMap(kv.MapGroup{ID: 1, Members: []uint64{1, 5, 6}}, kv.MapGroup{ID: 2, Members: []uint64{2, 3, 4}, Engine: kv.EngineChain})
+	var w RepairWatch
+	probe(&w, t0, cm, 2, 3)
+	d, ok, _ := w.Due(t0.Add(after), cm, after)
+	if !ok || d.Node != 2 {
+		return fmt.Errorf("node 2 not due with one member of its chain answering: %+v %v", d, ok)
+	}
+	if len(d.Plan) != 1 || d.Plan[0].Group != 2 || !d.Plan[0].Chain || !slices.Equal(d.Plan[0].Join, []uint64{5}) || !slices.Equal(d.Plan[0].Leave, []uint64{2}) {
+		return fmt.Errorf("node 2's plan %+v, want chain group 2 joining node 5, leaving node 2", d.Plan)
+	}
+	if len(d.Skipped) != 1 || d.Skipped[0].Group != MetaGroupID {
+		return fmt.Errorf("node 2's skipped groups %+v, want the metadata group alone", d.Skipped)
+	}
+	// Every member of the chain dead: skipped, nothing due for node 2.
+	w = RepairWatch{}
+	probe(&w, t0, cm, 2, 3, 4)
+	if d, ok, _ := w.Due(t0.Add(after), cm, after); ok {
+		return fmt.Errorf("node %d due with no member of its chain answering: %+v", d.Node, d)
+	}
+	return nil
+}
+
 // checkRepairerOneAtATime: the leader's repairer runs one repair at a
 // time however many ticks find it due, and losing the leadership cancels
 // the one in hand and forgets the watch (the next leader starts afresh).
@@ -235,6 +267,9 @@ func TestRepairWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := checkRepairQuorum(); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkRepairChainQuorum(); err != nil {
 		t.Fatal(err)
 	}
 }
