@@ -45,7 +45,7 @@ type linkState struct {
 	last int64
 }
 
-// deliverAt sets it's delivery time: now plus a link delay, and with
+// deliverAt sets the item's delivery time: now plus a link delay, and with
 // Options.FIFO no earlier than the message sent before it on the link (a
 // message at the same time is delivered after it: the queue orders ties by
 // when they were scheduled).

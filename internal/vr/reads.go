@@ -76,11 +76,8 @@ func (r *Replica) LeaseRead(now int64) (uint64, error) {
 	if r.cfg.LeaseDuration == 0 || r.commit < r.viewStartOp {
 		return 0, ErrNoLease
 	}
-	if r.n > 1 {
-		start := r.quorumAckAt()
-		if start == 0 || r.now >= start+int64(r.cfg.LeaderLease()) {
-			return 0, ErrNoLease
-		}
+	if r.n > 1 && r.now >= r.leaseEnd() { // leaseEnd 0: no quorum has acknowledged a heartbeat
+		return 0, ErrNoLease
 	}
 	return r.commit, nil
 }

@@ -188,18 +188,9 @@ func hostChainSim(seed uint64, trace io.Writer, c hostChain, faults hostChainFau
 // have seen them), is taken as unknown (0: none).
 func hostChainSimWindow(seed uint64, trace io.Writer, c hostChain, faults hostChainFaults, mut mutations, w sim.Workload, window time.Duration) (err error) {
 	powerCuts := faults != chainSwarm
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("panic: %v", p)
-		}
-	}()
+	defer simPanic(&err)
 	var s *sim.Sim
-	trueNow := func() int64 {
-		if s == nil {
-			return 0
-		}
-		return int64(s.Now())
-	}
+	trueNow := simClock(&s)
 	o := hostSimOptions{chain: &c, mut: mut, slowSync: powerCuts}
 	so := sim.Options{
 		Replicas: hostChainMembers + 1, Clients: 4, FIFO: true,

@@ -506,11 +506,7 @@ func (c *chainCore) mergeGap(n int) string {
 		prev = hist[n-1].Seq
 	}
 	for _, e := range hist[min(n, len(hist)):] {
-		ok := e.Seq == prev+1
-		if e.Seq>>chainSeqBits != prev>>chainSeqBits {
-			ok = e.Seq&(1<<chainSeqBits-1) == 1
-		}
-		if prev != 0 && !ok {
+		if prev != 0 && !seqFollows(prev, e.Seq) {
 			return fmt.Sprintf("update %s merged after %s: an update from the predecessor was lost during the join",
 				chain.FormatSeq(e.Seq), chain.FormatSeq(prev))
 		}
@@ -617,13 +613,21 @@ func (c *chainCore) lostUpdate(m chain.Msg) bool {
 	if s.State != chain.Active || m.From != s.Pred || m.From == chain.NodeID(c.master) || m.Seq <= s.LU {
 		return false
 	}
-	if m.Seq>>chainSeqBits != s.LU>>chainSeqBits {
-		if mutation.On && c.epochGapOff && s.LU != 0 {
-			return false
-		}
-		return m.Seq&(1<<chainSeqBits-1) != 1
+	if mutation.On && c.epochGapOff && s.LU != 0 && m.Seq>>chainSeqBits != s.LU>>chainSeqBits {
+		return false
 	}
-	return m.Seq != s.LU+1
+	return !seqFollows(s.LU, m.Seq)
+}
+
+// seqFollows reports whether an update numbered seq comes right after one
+// numbered prev (0: none yet) in a member's history: the next number in
+// prev's numbering epoch, or the first of a newer one (a new head numbers
+// from its epoch's base; lostUpdate).
+func seqFollows(prev, seq uint64) bool {
+	if seq>>chainSeqBits != prev>>chainSeqBits {
+		return seq&(1<<chainSeqBits-1) == 1
+	}
+	return seq == prev+1
 }
 
 // rejoin makes this member a joiner again after a lost update: it keeps

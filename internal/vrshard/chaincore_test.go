@@ -794,12 +794,8 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 			}
 		}
 		b.pump()
-		j, err := openChain(chainConfig{Self: 3, Master: bedMaster, Members: []uint64{1, 2}}, core.Boot{LostState: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		j := b.addJoiner(t, 3, []uint64{1, 2})
 		j.linkGapOff, j.epochGapOff = off, off
-		b.cores[3] = j
 		if err := b.master.Join(3, 2); err != nil {
 			t.Fatal(err)
 		}
@@ -970,16 +966,24 @@ func headChangedBed(t *testing.T, off bool) *chainBed {
 // detection off with off, and has the master join it keeping length.
 func (b *chainBed) joinNew(t *testing.T, id uint64, members []uint64, length int, off bool) {
 	t.Helper()
-	j, err := openChain(chainConfig{Self: id, Master: bedMaster, Members: members}, core.Boot{LostState: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := b.addJoiner(t, id, members)
 	j.linkGapOff, j.epochGapOff = off, off
-	b.cores[id] = j
 	if err := b.master.Join(chain.NodeID(id), length); err != nil {
 		t.Fatal(err)
 	}
 	b.pump()
+}
+
+// addJoiner opens member id of the bed holding nothing, knowing the chain
+// of members: a node the master may join.
+func (b *chainBed) addJoiner(t *testing.T, id uint64, members []uint64) *chainCore {
+	t.Helper()
+	j, err := openChain(chainConfig{Self: id, Master: bedMaster, Members: members}, core.Boot{LostState: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cores[id] = j
+	return j
 }
 
 // failAndJoin is what chainmaster does on the heartbeat of a member that
@@ -1246,12 +1250,7 @@ func TestChainJoinerMergesNoHole(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.pump()
-		j, err := openChain(chainConfig{Self: 4, Master: bedMaster, Members: []uint64{1, 2, 3}}, core.Boot{LostState: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		j.mergeGapOff = off
-		b.cores[4] = j
+		b.addJoiner(t, 4, []uint64{1, 2, 3}).mergeGapOff = off
 		proposed, dropped := false, false
 		var held *chain.Msg
 		b.drop = func(m chain.Msg) bool {

@@ -839,25 +839,35 @@ func (c *hostClient) Step(ev sim.Event) {
 	}
 }
 
+// simPanic, deferred by a simulation run, makes a panic in it (a core or
+// host assertion: a broken invariant) the run's error, a failure the run
+// found, replayed like any other.
+func simPanic(err *error) {
+	if p := recover(); p != nil {
+		*err = fmt.Errorf("panic: %v", p)
+	}
+}
+
+// simClock is the simulation's true time once *s is made (0 before:
+// sim.New boots the replicas at time 0), for what the nodes are built with
+// before it exists.
+func simClock(s **sim.Sim) func() int64 {
+	return func() int64 {
+		if *s == nil {
+			return 0
+		}
+		return int64((*s).Now())
+	}
+}
+
 // hostSim runs one seed: three replicas of the production host and four
 // clients under a swarm of faults (crashes with torn tails, partitions,
 // one-way links, drift, loss, duplication, failed fsyncs), and returns the
 // checkers' verdicts joined.
 func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, stats *string) (err error) {
-	defer func() {
-		// A core or host assertion (a panic on a broken invariant) is a
-		// failure the run found, replayed like any other.
-		if p := recover(); p != nil {
-			err = fmt.Errorf("panic: %v", p)
-		}
-	}()
+	defer simPanic(&err)
 	var s *sim.Sim
-	trueNow := func() int64 {
-		if s == nil {
-			return 0 // sim.New boots the replicas at time 0
-		}
-		return int64(s.Now())
-	}
+	trueNow := simClock(&s)
 	if t, ok := w.(hostTTL); ok {
 		t.now = trueNow
 		w = t

@@ -1320,11 +1320,7 @@ func movesRanges() []kv.SlotRange {
 // converged) and an unfinished move joined; summary, if not nil, gets the
 // run's account.
 func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("panic: %v", p)
-		}
-	}()
+	defer simPanic(&err)
 	if o.staleMap {
 		kcluster.MultiMut.StaleMap.Store(true)
 		defer kcluster.MultiMut.StaleMap.Store(false)
@@ -1385,12 +1381,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		keys = append(keys, fmt.Sprintf("k%d", i), fmt.Sprintf("nk%d", i))
 	}
 	var s *sim.Sim
-	trueNow := func() int64 {
-		if s == nil {
-			return 0
-		}
-		return int64(s.Now())
-	}
+	trueNow := simClock(&s)
 	var mover *moverNode
 	defer func() {
 		if mover != nil {

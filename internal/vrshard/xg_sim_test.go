@@ -885,11 +885,7 @@ func (r *xgRun) plainRead(ctx context.Context, co *xgCo, t *xgTxn, k string) {
 // until every lock is released (the pusher) and the replicas agree; then
 // the checks (see the top of this file).
 func xgSim(seed uint64, trace io.Writer, o xgOptions, summary *string) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("panic: %v", p)
-		}
-	}()
+	defer simPanic(&err)
 	if mutation.On {
 		kv.XgtxMut = o.kvMut
 		defer func() { kv.XgtxMut = kv.XgtxMutations{} }()
@@ -903,12 +899,7 @@ func xgSim(seed uint64, trace io.Writer, o xgOptions, summary *string) (err erro
 	cl := xgCluster()
 	cl.readsIgnoreLocks = o.readsIgnoreLocks
 	var s *sim.Sim
-	trueNow := func() int64 {
-		if s == nil {
-			return 0
-		}
-		return int64(s.Now())
-	}
+	trueNow := simClock(&s)
 	run := &xgRun{cl: cl, o: o, keys: xgAccountKeys(cl), ops: 40, faultsUntil: planEnd / 2}
 	for _, k := range run.keys {
 		run.regs = append(run.regs, "{"+k+"}r")
