@@ -483,11 +483,6 @@ func (m *HashMeta) RowKey(scratch *[]byte, field []byte) []byte {
 	return b
 }
 
-// IsRow reports whether key is the key of a row of the hash m describes.
-func (m *HashMeta) IsRow(key []byte) bool {
-	return len(key) >= hashRowPre && [hashRowPre]byte(key) == m.pre
-}
-
 // Record returns the value and meta of the metadata record of the hash m
 // describes, the value taken from the arena *scratch.
 func (m *HashMeta) Record(scratch *[]byte) (value, meta []byte) {
