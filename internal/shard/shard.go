@@ -379,9 +379,6 @@ type Shard struct {
 	// a chunk of HSETs then never builds (its lookup and the indexing of
 	// each record were ~90 instructions of a pipelined HSET).
 	hmRows [1 << (rowBits - 6)]uint64
-	// lim is chunkLimit's checkLimit of the chunk being built (limKnown).
-	lim      storage.Pos
-	limKnown bool
 	// probeKey is the key has last asked the engine about (storage.DB.Probe)
 	// and probeHint the hint it returned: stage gives the hint to the record
 	// of that same key (the same bytes: an HSET probes its row's key, then
@@ -594,7 +591,6 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 	now := s.opts.Now()
 	ts, nowMs := now.UnixNano(), now.UnixMilli()
 	start := 0 // first request of the current chunk
-	s.limKnown = false
 	s.truncate(0)
 	if s.hmOK && (s.changes == nil || s.changes() != s.hmChanges) {
 		s.hmOK = false // another append came since (hm)
@@ -648,7 +644,7 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 			// the key existed, a count): like a read, it may only report state a
 			// crash cannot take back. Earlier batches are covered here, this
 			// batch's own records by flush.
-			p.SyncPos = max(p.SyncPos, s.chunkLimit())
+			p.SyncPos = max(p.SyncPos, s.applyLimit())
 			r.reveals = true
 		}
 		if !r.ID.IsZero() {
@@ -726,7 +722,6 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 		}
 		s.checking.Store(false)
 	}
-	s.limKnown = false // (chunkLimit) checkPos moved
 	keep := err == nil && s.changes != nil && s.hmFresh(s.hmKey)
 	s.truncate(0)
 	// hsetFast checks only the records staged since hm (hmN), and those
@@ -1478,17 +1473,13 @@ func (s *Shard) checkLimit() storage.Pos {
 	return storage.Pos(s.checkPos.Load())
 }
 
-// chunkLimit is checkLimit for Apply, asked once per chunk (limKnown:
-// lim holds it): only flush moves it (the writer alone stores checkPos
-// and checking, under mu), and a pipelined batch of HSETs asked it for
-// every one (~15 instructions each; docs/design/hashes.md, "Pipelined,
-// session 32").
-func (s *Shard) chunkLimit() storage.Pos {
-	if !s.limKnown {
-		s.lim, s.limKnown = s.checkLimit(), true
-	}
-	return s.lim
-}
+// applyLimit is checkLimit as Apply asks it, between flushes: checking is
+// set only within flush's append, by the writer, which holds mu as Apply
+// does, so Apply never finds it set and the limit is checkPos. A load, not
+// checkLimit's call (~15 instructions of every revealing write of a
+// pipelined batch of HSETs; docs/design/hashes.md, "Pipelined, session
+// 32"), and no copy of it to forget after a flush.
+func (s *Shard) applyLimit() storage.Pos { return storage.Pos(s.checkPos.Load()) }
 
 // get reads k's latest value. For a key that is absent because of a deletion that
 // is not durable yet, the returned Value carries the tombstone's Pos, so that the
