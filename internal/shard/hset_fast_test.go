@@ -21,7 +21,7 @@ type plainEngine struct{ Engine }
 // openFastShard opens a shard over a fresh engine, with hsetFast or
 // without it (every HSET through kv.ApplyHashTo); plain: the engine is a
 // plainEngine.
-func openFastShard(t *testing.T, fast, plain bool) (*Shard, *storage.DB) {
+func openFastShard(t testing.TB, fast, plain bool) (*Shard, *storage.DB) {
 	t.Helper()
 	db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: t.TempDir()}}})
 	if err != nil {
@@ -308,16 +308,7 @@ func TestHSetFastForgetsAFailedAppend(t *testing.T) {
 func BenchmarkPipelinedHSetsOfManyHashes(b *testing.B) {
 	for _, fast := range []bool{true, false} {
 		b.Run(fmt.Sprint("fast=", fast), func(b *testing.B) {
-			db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: b.TempDir()}}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			s, err := Open(db, Options{Logger: slog.New(slog.DiscardHandler), NoBackgroundSync: true, Durability: level.Async})
-			if err != nil {
-				b.Fatal(err)
-			}
-			s.noHSetFast = !fast
-			b.Cleanup(func() { s.Close(); db.Close() })
+			s, _ := openFastShard(b, fast, false)
 			const hashes, batch = 4096, 256
 			ops := make([]kv.Op, hashes)
 			for i := range ops {
