@@ -21,7 +21,7 @@ type plainEngine struct{ Engine }
 // openFastShard opens a shard over a fresh engine, with hsetFast or
 // without it (every HSET through kv.ApplyHashTo); plain: the engine is a
 // plainEngine.
-func openFastShard(t *testing.T, fast, plain bool) (*Shard, *storage.DB) {
+func openFastShard(t testing.TB, fast, plain bool) (*Shard, *storage.DB) {
 	t.Helper()
 	db, err := storage.Open(storage.Options{Devices: []storage.Device{{Dir: t.TempDir()}}})
 	if err != nil {
@@ -296,5 +296,45 @@ func TestHSetFastForgetsAFailedAppend(t *testing.T) {
 	res, err := s.Read(ctx, kv.Op{Kind: kv.KindHLen, Key: h}, level.ConsLinearizable, Session{})
 	if err != nil || res.Int != 3 {
 		t.Errorf("HLEN h after HSET a, b, d (c failed): %d, %v; want 3", res.Int, err)
+	}
+}
+
+// Pipelined batches of 256 one-field HSETs of existing fields, each of
+// another hash (hsetFast loads hm at each), with hsetFast and without it:
+// the load must not cost in the chunk's size (a scan of the chunk for the
+// hash's rows made it ~3x kv's path).
+//
+//	go test -run XXX -bench PipelinedHSetsOfManyHashes -benchtime 300000x -cpu 1 ./internal/shard/
+func BenchmarkPipelinedHSetsOfManyHashes(b *testing.B) {
+	for _, fast := range []bool{true, false} {
+		b.Run(fmt.Sprint("fast=", fast), func(b *testing.B) {
+			s, _ := openFastShard(b, fast, false)
+			const hashes, batch = 4096, 256
+			ops := make([]kv.Op, hashes)
+			for i := range ops {
+				ops[i] = kv.Op{Kind: kv.KindHSet, Key: fmt.Appendf(nil, "h%d", i), Keys: [][]byte{[]byte("f"), []byte("v")}}
+			}
+			reqs := make([]WriteReq, batch)
+			apply := func(first int) {
+				for j := range reqs {
+					reqs[j] = WriteReq{Op: ops[(first+j*97)%hashes]}
+				}
+				if _, err := s.Apply(ctx, reqs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for i := 0; i < hashes; i += batch { // every hash exists
+				for j := range reqs {
+					reqs[j] = WriteReq{Op: ops[i+j]}
+				}
+				if _, err := s.Apply(ctx, reqs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i += batch {
+				apply(i)
+			}
+		})
 	}
 }

@@ -48,9 +48,9 @@ func TestReadModifyWriteRepliesOnlyWithDurableState(t *testing.T) {
 }
 
 // The limit a revealing write waits for (checkLimit) moves when a chunk
-// holding checked (sync or cad) writes is appended; Apply asks it once per
-// chunk, and a revealing write after such a chunk in the same batch must
-// wait for it: it may report state that chunk wrote.
+// holding checked (sync or cad) writes is appended (Apply reads checkPos,
+// applyLimit), and a revealing write after such a chunk in the same batch
+// must wait for it: it may report state that chunk wrote.
 func TestRevealingWriteAfterACheckedChunkWaitsForIt(t *testing.T) {
 	s, _ := openHashShard(t)
 	hset := func(f string) WriteReq {

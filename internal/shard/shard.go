@@ -372,14 +372,13 @@ type Shard struct {
 	hmN       int
 	hmChanges uint64
 	// hmRows is a filter of the rows of hm's hash among recs[:hmN], by
-	// rowBit: a row whose bit is clear is not staged, and hsetFast asks
+	// rowBit (every bit set: any of them may be one, as hsetFast's load
+	// assumes of the records staged before it): a row whose bit is clear
+	// is not staged, and hsetFast asks
 	// the engine alone whether it exists, without the staged index, which
 	// a chunk of HSETs then never builds (its lookup and the indexing of
 	// each record were ~90 instructions of a pipelined HSET).
 	hmRows [1 << (rowBits - 6)]uint64
-	// lim is chunkLimit's checkLimit of the chunk being built (limKnown).
-	lim      storage.Pos
-	limKnown bool
 	// probeKey is the key has last asked the engine about (storage.DB.Probe)
 	// and probeHint the hint it returned: stage gives the hint to the record
 	// of that same key (the same bytes: an HSET probes its row's key, then
@@ -592,7 +591,6 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 	now := s.opts.Now()
 	ts, nowMs := now.UnixNano(), now.UnixMilli()
 	start := 0 // first request of the current chunk
-	s.limKnown = false
 	s.truncate(0)
 	if s.hmOK && (s.changes == nil || s.changes() != s.hmChanges) {
 		s.hmOK = false // another append came since (hm)
@@ -646,7 +644,7 @@ func (s *Shard) Apply(ctx context.Context, reqs []WriteReq) (Pending, error) {
 			// the key existed, a count): like a read, it may only report state a
 			// crash cannot take back. Earlier batches are covered here, this
 			// batch's own records by flush.
-			p.SyncPos = max(p.SyncPos, s.chunkLimit())
+			p.SyncPos = max(p.SyncPos, s.applyLimit())
 			r.reveals = true
 		}
 		if !r.ID.IsZero() {
@@ -724,7 +722,6 @@ func (s *Shard) flush(reqs []WriteReq, p *Pending) error {
 		}
 		s.checking.Store(false)
 	}
-	s.limKnown = false // (chunkLimit) checkPos moved
 	keep := err == nil && s.changes != nil && s.hmFresh(s.hmKey)
 	s.truncate(0)
 	// hsetFast checks only the records staged since hm (hmN), and those
@@ -853,11 +850,6 @@ const rowBits = 12
 func rowBit(key []byte) uint64 {
 	tail := binary.LittleEndian.Uint64(key[len(key)-8:])
 	return ((tail ^ uint64(len(key))) * 0x9e3779b97f4a7c15) >> (64 - rowBits)
-}
-
-func (s *Shard) addRow(key []byte) {
-	b := rowBit(key)
-	s.hmRows[b>>6] |= 1 << (b & 63)
 }
 
 // stagedBits is the width of stagedRec's hash: 1,024 slots for chunks of up
@@ -1104,10 +1096,17 @@ func (s *Shard) hsetFast(op *kv.Op, v uint64, res *kv.Result) (done bool, err er
 		if s.changes != nil {
 			s.hmChanges = s.changes()
 		}
-		clear(s.hmRows[:])
-		for _, r := range s.recs { // the value read is current: only the rows
-			if s.hm.IsRow(r.Key) {
-				s.addRow(r.Key)
+		// The value read is current; of the records staged before it,
+		// any may be one of its rows: with none, an empty filter, else a
+		// full one (the staged index answers every probe until the chunk's
+		// append clears it). Not a scan of the chunk for its rows: over
+		// many hashes hm is loaded at almost every HSET, and the scan made
+		// a pipelined batch of them quadratic (~5x kv's path).
+		if len(s.recs) == 0 {
+			clear(s.hmRows[:])
+		} else {
+			for i := range s.hmRows {
+				s.hmRows[i] = ^uint64(0)
 			}
 		}
 		s.hmN = len(s.recs)
@@ -1148,7 +1147,7 @@ func (s *Shard) hsetFast(op *kv.Op, v uint64, res *kv.Result) (done bool, err er
 		value = []byte{} // nil stages a deletion's value (kv's put)
 	}
 	s.stageFn(row, value, nil, false)
-	// Its own records are in hm, its row in hmRows (addRow's bit).
+	// Its own records are in hm, its row in hmRows.
 	s.hmRows[b>>6] |= 1 << (b & 63)
 	s.hmN = len(s.recs)
 	res.Kind, res.Version = kv.ResInt, v
@@ -1474,17 +1473,13 @@ func (s *Shard) checkLimit() storage.Pos {
 	return storage.Pos(s.checkPos.Load())
 }
 
-// chunkLimit is checkLimit for Apply, asked once per chunk (limKnown:
-// lim holds it): only flush moves it (the writer alone stores checkPos
-// and checking, under mu), and a pipelined batch of HSETs asked it for
-// every one (~15 instructions each; docs/design/hashes.md, "Pipelined,
-// session 32").
-func (s *Shard) chunkLimit() storage.Pos {
-	if !s.limKnown {
-		s.lim, s.limKnown = s.checkLimit(), true
-	}
-	return s.lim
-}
+// applyLimit is checkLimit as Apply asks it, between flushes: checking is
+// set only within flush's append, by the writer, which holds mu as Apply
+// does, so Apply never finds it set and the limit is checkPos. A load, not
+// checkLimit's call (~15 instructions of every revealing write of a
+// pipelined batch of HSETs; docs/design/hashes.md, "Pipelined, session
+// 32"), and no copy of it to forget after a flush.
+func (s *Shard) applyLimit() storage.Pos { return storage.Pos(s.checkPos.Load()) }
 
 // get reads k's latest value. For a key that is absent because of a deletion that
 // is not durable yet, the returned Value carries the tombstone's Pos, so that the
