@@ -508,6 +508,8 @@ func (mv *Mover) Abort(ctx context.Context, from, to GroupID, rs []kv.SlotRange)
 		}
 		// Not recorded (done, rolled back, or moved without a record):
 		// rolled back from the tables, as without a metadata group.
+	} else if err := mv.refuseRecorded(ctx, from, to, rs); err != nil {
+		return err
 	}
 	src, dst, err := mv.moveStates(ctx, from, to, rs)
 	if err != nil {
@@ -515,6 +517,43 @@ func (mv *Mover) Abort(ctx context.Context, from, to GroupID, rs []kv.SlotRange)
 	}
 	return mv.rollBack(ctx, from, to, rs, src, dst)
 }
+
+// refuseRecorded is an unrecorded abort's (move-slots --abort
+// --record=false) check that the metadata group records no move of any of
+// rs: such a rollback reads the tables unfenced and claims nothing, so
+// under a recorded move's driver — alive, or the metadata leader's resumer
+// taking it over — the driver would go on past it: two owners of a slot
+// (vrshard TestMoveSimMetaAbortRacesALiveDriver, unrecorded/). A cluster
+// without a metadata group has no record to meet; a metadata group that
+// does not answer refuses the abort (it cannot be shown safe), saying so.
+func (mv *Mover) refuseRecorded(ctx context.Context, from, to GroupID, rs []kv.SlotRange) error {
+	cm, err := mv.MetaMap(ctx)
+	if err != nil {
+		// No metadata group: the node says so, or (a node whose map
+		// names no metadata members) that it does not host group
+		// MetaGroupID.
+		if msg := err.Error(); strings.Contains(msg, errNoMetaGroup) ||
+			strings.Contains(msg, fmt.Sprintf("ERR group %d is not hosted by this node", MetaGroupID)) {
+			return nil
+		}
+		return fmt.Errorf("move-slots: abort --record=false of %s from group %d to group %d: the metadata group's map could not be read to check that it records no move of these slots (rolling back under a recorded move's driver would leave a slot with two owners): %w",
+			FormatSlotRanges(rs), from, to, err)
+	}
+	if cm == nil {
+		return nil
+	}
+	for _, rec := range cm.Moves {
+		if slotsMeet(rec.Slots, rs) {
+			return fmt.Errorf("move-slots: abort --record=false: the move of slots %s from group %d to group %d is recorded in the metadata group (epoch %d, driver %q): abort it without --record=false (--from %d --to %d --slots %s), which claims the record and fences its driver; an unrecorded rollback would leave a slot with two owners",
+				FormatSlotRanges(rec.Slots), rec.From, rec.To, rec.Epoch, rec.Driver, rec.From, rec.To, FormatSlotRanges(rec.Slots))
+		}
+	}
+	return nil
+}
+
+// errNoMetaGroup is the text of a node's answer to KEFIR.SLOTS META in a
+// cluster made before the metadata group (Multi.hosted).
+const errNoMetaGroup = "this cluster has no metadata group"
 
 // claimAbort claims the record of the move of rs from group from to group
 // to at once, with the abort mark (errNoRecord: none): at the beat the map

@@ -132,7 +132,7 @@ func (m *Multi) hosted(id GroupID) (*localGroup, error) {
 			if ms := m.MetaMembers(); len(ms) > 0 {
 				return nil, &NotLeaderError{Leader: ms[0], Addr: m.member(ms[0]).ClientAddr}
 			}
-			return nil, &ReplyError{"ERR this cluster has no metadata group"}
+			return nil, &ReplyError{"ERR " + errNoMetaGroup}
 		}
 	}
 	if g == nil {
