@@ -857,7 +857,12 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stderr, "kefir cluster: the group is at %s\n", cur)
 	mv.RetryFor = 30 * time.Second
-	res, err := mv.Reconfigure(ctx, members)
+	// From the configuration the change was planned against: one that
+	// landed meanwhile (during the catch-up wait) is refused, not undone.
+	res, err := mv.Reconfigure(ctx, cur.Epoch, members)
+	if moved := (*cluster.EpochMovedError)(nil); errors.As(err, &moved) {
+		return fmt.Errorf("%s: the group changed while the command ran (now epoch %d, members %v; it planned against epoch %d); nothing changed: rerun the command to plan against the group as it is now", cmd, moved.Epoch, moved.Members, moved.Expected)
+	}
 	if err != nil {
 		return err
 	}

@@ -166,7 +166,7 @@ func TestGroupsReplaceAFailedNode(t *testing.T) {
 	// itself, and node 5, running, joins group 2 when the map names it.
 	mv := &kcluster.Mover{Seeds: live}
 	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
-	res, err := mv.ReconfigureGroup(rctx, 2, []uint64{3, 5, 1})
+	res, err := mv.ReconfigureGroup(rctx, 2, 0, []uint64{3, 5, 1})
 	rcancel()
 	mv.Close()
 	if err != nil || res.Epoch != 1 {
