@@ -214,11 +214,7 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 			}
 		}
 	}
-	// Taken out of the map (kefir cluster remove-node of a node that
-	// hosts nothing; the map refuses it for a node a group has): the
-	// node retires as a whole. Only once it hosts nothing here too — a
-	// replica the map no longer names retires above first.
-	if leftMap(cm, s.cfg.ReplicaID, &gs.namedAt) && len(s.multi.Hosted()) == 0 && !s.multi.HostsMeta() {
+	if leavesMap(cm, s.cfg.ReplicaID, &gs.namedAt, len(s.multi.Hosted()), s.multi.HostsMeta()) {
 		return s.leaveMap(cm.Epoch)
 	}
 	s.recordMembersIfBehind(ctx, cm)
@@ -734,6 +730,19 @@ func leftMap(cm *kv.ClusterMap, self uint64, namedAt *uint64) bool {
 		return false
 	}
 	return cm.Epoch > *namedAt
+}
+
+// leavesMap reports whether node self, hosting hosted data replicas and
+// (hostsMeta) a metadata replica, retires as a whole on map cm: taken out
+// of the map (kefir cluster remove-node of a node that hosts nothing; the
+// map refuses it for a node a group has: leftMap) and only once it hosts
+// nothing here too. A replica the map no longer names retires first, by
+// its own group's change (VR's Retired: its successors hold the state); a
+// node that left the map with a replica still open — a data one, or the
+// metadata group's, which may hold the only copy of the map's last
+// changes — would stop it before its group is done with it.
+func leavesMap(cm *kv.ClusterMap, self uint64, namedAt *uint64, hosted int, hostsMeta bool) bool {
+	return leftMap(cm, self, namedAt) && hosted == 0 && !hostsMeta
 }
 
 // leaveMap retires the node as a whole: the map, at epoch, no longer has
