@@ -623,6 +623,13 @@ func (s *Server) reconfigure(epoch uint64, args [][]byte) (cluster.Membership, e
 		// follower writes nothing.
 		return cluster.Membership{}, s.notLeaderErr(st)
 	}
+	if epoch != cluster.AnyEpoch && cur.Epoch > epoch {
+		// Planned against a configuration the group has left: refused
+		// before the address record is written (the core's check, at
+		// ordering, decides every other case; a durable epoch above the
+		// expected one is one the core is at or past).
+		return cluster.Membership{}, &cluster.ReplyError{Msg: (&cluster.EpochMovedError{Expected: epoch, Epoch: cur.Epoch, Members: cur.Members}).Error()}
+	}
 	// The current leader leads the new epoch's first view when it stays: no
 	// view change for the clients.
 	if i := slices.Index(ids, s.cfg.ReplicaID); i > 0 {

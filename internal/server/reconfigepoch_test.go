@@ -81,3 +81,40 @@ func TestReconfigRefusesAStaleEpoch(t *testing.T) {
 		t.Fatalf("after RECONFIG without EPOCH: %s %v", now, err)
 	}
 }
+
+// A single group's KEFIR.GROUP RECONFIG EPOCH e (kefir cluster
+// replace-node/remove-node/add-members without --groups) is the same
+// compare-and-set: [1 2 3] -> [1] from epoch e lands; [1 2 3] -> [1 2 3 ...]
+// planned against e too is refused, -EPOCHMOVED naming epoch e+1 and [1].
+func TestSingleGroupReconfigRefusesAStaleEpoch(t *testing.T) {
+	g := startGroup(t)
+	mv := &cluster.Mover{RetryFor: 20 * time.Second}
+	for _, c := range g.cfgs {
+		mv.Seeds = append(mv.Seeds, c.ClientAddr)
+	}
+	defer mv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cur, err := mv.GroupConfig(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := mv.Reconfigure(ctx, cur.Epoch, []cluster.Member{{ID: 1}})
+	if err != nil || first.Epoch != cur.Epoch+1 {
+		t.Fatalf("[1 2 3] -> [1] from epoch %d: %s %v", cur.Epoch, first, err)
+	}
+	_, err = mv.Reconfigure(ctx, cur.Epoch, []cluster.Member{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4, PeerAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}, {ID: 5, PeerAddr: "127.0.0.1:3", ClientAddr: "127.0.0.1:4"}})
+	var moved *cluster.EpochMovedError
+	if !errors.As(err, &moved) || moved.Group != 0 || moved.Expected != cur.Epoch || moved.Epoch != first.Epoch || !slices.Equal(moved.Members, []uint64{1}) {
+		t.Fatalf("a change planned against epoch %d at epoch %d: %v, want -EPOCHMOVED naming [1]", cur.Epoch, first.Epoch, err)
+	}
+	// Refused before anything changed: the new nodes' addresses were not
+	// written into the group's record either.
+	now, err := mv.GroupConfig(ctx)
+	if err != nil || now.Epoch != first.Epoch {
+		t.Fatalf("after the refusal: %s %v", now, err)
+	}
+	if _, ok := now.Addr(4); ok {
+		t.Fatalf("the refused change recorded node 4's addresses: %s %v", now, now.Addrs)
+	}
+}
