@@ -1022,7 +1022,7 @@ func stillHosts(cm *kv.ClusterMap, id uint64) string {
 // and others — it grew before the map said so (its leader records it
 // within a second) — the others are the earlier run's choice and are asked
 // for again (the reconfiguration is then a no-op), as cluster.NodeChange
-// does for replace-node (placedMembers).
+// does for replace-node (rebaseChange).
 func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g cluster.GroupID, r int, asJSON bool, stdout, stderr io.Writer) ([]cluster.Member, error) {
 	if g == 0 {
 		return nil, usageError{errors.New("add-members in a cluster of several groups needs --group G (65535: the metadata group)")}
