@@ -225,6 +225,7 @@ func (c *NodeChange) reconfigure(ctx context.Context, gmv *Mover, was []uint64, 
 		var moved *EpochMovedError
 		if errors.As(err, &moved) {
 			c.logf("%s changed meanwhile (epoch %d, members %v): planning against it again", name, moved.Epoch, moved.Members)
+			cur.Epoch, cur.Members = moved.Epoch, moved.Members // the latest seen, for the error below
 			continue
 		}
 		if err != nil {
