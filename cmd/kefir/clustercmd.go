@@ -857,7 +857,12 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stderr, "kefir cluster: the group is at %s\n", cur)
 	mv.RetryFor = 30 * time.Second
-	res, err := mv.Reconfigure(ctx, members)
+	// From the configuration the change was planned against: one that
+	// landed meanwhile (during the catch-up wait) is refused, not undone.
+	res, err := mv.Reconfigure(ctx, cur.Epoch, members)
+	if moved := (*cluster.EpochMovedError)(nil); errors.As(err, &moved) {
+		return fmt.Errorf("%s: the group changed while the command ran (now epoch %d, members %v; it planned against epoch %d); nothing changed: rerun the command to plan against the group as it is now", cmd, moved.Epoch, moved.Members, moved.Expected)
+	}
 	if err != nil {
 		return err
 	}
@@ -943,9 +948,24 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 	}
 	if cmd == "remove-node" {
 		// Out of every group: out of the map too, and each node, seeing
-		// a map without itself, retires. A chain's master may still be
-		// taking it out of the chain: then it stays in the map, said so.
+		// a map without itself, retires. A node that still hosts a group
+		// (--group took it out of one; or a group it is in was not in
+		// the plan) stays, said so: the removal that worked is done (exit
+		// 0), and the map refuses the rest. A chain's master may still be
+		// taking it out of the chain: then it stays too, said so.
+		now, err := mv.MetaMap(ctx)
+		if err != nil {
+			now = nil // the map's refusal answers for it
+		}
+		note := stdout
+		if asJSON {
+			note = stderr
+		}
 		for _, id := range removed {
+			if why := stillHosts(now, id); why != "" {
+				fmt.Fprintf(note, "node %d still hosts %s: the map keeps it (remove-node --id %d without --group takes it out of every group, then of the map)\n", id, why, id)
+				continue
+			}
 			epoch, err := mv.RemoveNode(ctx, id)
 			switch {
 			case err != nil:
@@ -969,6 +989,31 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 	return nil
 }
 
+// stillHosts names what keeps node id in map cm ("group 2 and the
+// metadata group"), or "" when nothing does (or cm is nil: unknown).
+func stillHosts(cm *kv.ClusterMap, id uint64) string {
+	if cm == nil {
+		return ""
+	}
+	gs, meta := cm.NodeGroups(id)
+	var names []string
+	for _, g := range gs {
+		names = append(names, strconv.FormatUint(g, 10))
+	}
+	var parts []string
+	switch len(names) {
+	case 0:
+	case 1:
+		parts = append(parts, "group "+names[0])
+	default:
+		parts = append(parts, "groups "+strings.Join(names, ", "))
+	}
+	if meta {
+		parts = append(parts, "the metadata group")
+	}
+	return strings.Join(parts, " and ")
+}
+
 // placeMembers is add-members --replicas r without --new in a cluster of
 // several groups: the nodes that grow group g of cm to r members, placed
 // on the map's live nodes (cluster.PlaceMembers), or nil once it has them
@@ -977,7 +1022,7 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 // and others — it grew before the map said so (its leader records it
 // within a second) — the others are the earlier run's choice and are asked
 // for again (the reconfiguration is then a no-op), as cluster.NodeChange
-// does for replace-node (placedMembers).
+// does for replace-node (rebaseChange).
 func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g cluster.GroupID, r int, asJSON bool, stdout, stderr io.Writer) ([]cluster.Member, error) {
 	if g == 0 {
 		return nil, usageError{errors.New("add-members in a cluster of several groups needs --group G (65535: the metadata group)")}

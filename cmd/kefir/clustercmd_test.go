@@ -203,3 +203,30 @@ func TestPlaceMembersNothingLeftJSON(t *testing.T) {
 		t.Fatalf("--json, nothing left: %v %v %q, want null", news, err, out.String())
 	}
 }
+
+// remove-node --id N --group G takes N out of G; a node that still hosts
+// another group (or the metadata group) stays in the map, and the command
+// says which groups keep it rather than asking the map to remove it (which
+// refuses) and telling the operator to run it again later.
+func TestStillHosts(t *testing.T) {
+	cm := &kv.ClusterMap{Epoch: 9, Nodes: []kv.MapNode{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}, {ID: 5}, {ID: 6}},
+		Groups: []kv.MapGroup{
+			{ID: 1, Members: []uint64{1, 2, 3}},
+			{ID: 2, Members: []uint64{4, 5, 6}},
+			{ID: 3, Members: []uint64{4, 2, 6}, Joining: []uint64{5}},
+		}}
+	for id, want := range map[uint64]string{
+		1: "group 1 and the metadata group",
+		4: "groups 2, 3",
+		5: "groups 2, 3", // joining group 3
+		6: "groups 2, 3",
+		7: "",
+	} {
+		if got := stillHosts(cm, id); got != want {
+			t.Errorf("node %d: %q, want %q", id, got, want)
+		}
+	}
+	if got := stillHosts(nil, 4); got != "" {
+		t.Errorf("no map: %q", got)
+	}
+}

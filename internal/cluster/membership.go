@@ -34,17 +34,74 @@ type Membership struct {
 // Reconfigurable is a hosted group that changes its members (a VR replica;
 // Hosted.Group implements it when the engine does).
 type Reconfigurable interface {
-	// Reconfigure asks the group, at its leader, to move to members and
+	// Reconfigure asks the group, at its leader, to move from
+	// configuration epoch (AnyEpoch: whatever it is) to members and
 	// returns the new configuration once this replica's record of it is
 	// durable. A *NotLeaderError-like error (errors.Is ErrNotLeader)
-	// names the leader.
-	Reconfigure(ctx context.Context, members []uint64) (Membership, error)
+	// names the leader; a group no longer at epoch refuses with an error
+	// errors.As finds an *EpochMovedError-like one in (the engine's:
+	// vr.EpochMovedError), checked where the request is ordered.
+	Reconfigure(ctx context.Context, epoch uint64, members []uint64) (Membership, error)
 	// Membership is the replica's durable configuration.
 	Membership() Membership
 	// SetAddrs teaches the replica its group's members' addresses: peer
 	// addresses it has not got are added to its transport, client
 	// addresses name the leader in its redirects.
 	SetAddrs(ms []Member) error
+}
+
+// AnyEpoch as Reconfigurable.Reconfigure's epoch: the request is not tied
+// to the configuration it was planned against (KEFIR.GROUP RECONFIG
+// without EPOCH, an older caller's). Equal to vr.AnyEpoch.
+const AnyEpoch = ^uint64(0)
+
+// EpochMovedError refuses KEFIR.GROUP RECONFIG ... EPOCH Expected: the
+// group (Group; 0: a single group's) is at configuration Epoch, Members —
+// another change (the repairer's, another operator's) came between reading
+// the configuration and asking for the change, and the request, planned
+// against the older member list, would undo it. Its text is the RESP error
+// the node answers with (-EPOCHMOVED ...); the client reads it back
+// (ParseEpochMoved), so errors.As finds it on both sides.
+type EpochMovedError struct {
+	Group           GroupID
+	Expected, Epoch uint64
+	Members         []uint64
+}
+
+func (e *EpochMovedError) Error() string {
+	ms := make([]string, len(e.Members))
+	for i, id := range e.Members {
+		ms[i] = strconv.FormatUint(id, 10)
+	}
+	return fmt.Sprintf("EPOCHMOVED group %d is at epoch %d, members %s, not at epoch %d: another change came first; read its configuration again (KEFIR.GROUP CONFIG) and plan the change against it",
+		e.Group, e.Epoch, strings.Join(ms, ","), e.Expected)
+}
+
+// ParseEpochMoved reads an EpochMovedError back from its RESP text (ok
+// false: msg is another error).
+func ParseEpochMoved(msg string) (*EpochMovedError, bool) {
+	var e EpochMovedError
+	var ms string
+	if _, err := fmt.Sscanf(msg, "EPOCHMOVED group %d is at epoch %d, members %s not at epoch %d:", &e.Group, &e.Epoch, &ms, &e.Expected); err != nil {
+		return nil, false
+	}
+	for _, f := range strings.Split(strings.TrimSuffix(ms, ","), ",") {
+		id, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return nil, false
+		}
+		e.Members = append(e.Members, id)
+	}
+	return &e, true
+}
+
+// epochMoved is err as an *EpochMovedError when its text is one (a
+// Mover's error carries the node's reply text), else err.
+func epochMoved(err error) error {
+	if e, ok := ParseEpochMoved(err.Error()); ok {
+		return e
+	}
+	return err
 }
 
 // ErrNotReconfigurable: the node's group does not change its members this
@@ -132,16 +189,18 @@ func (mv *Mover) GroupConfigOf(ctx context.Context, g GroupID) (GroupConfig, err
 }
 
 // ReconfigureGroup asks data group g's leader (following redirects) to
-// move to members, nodes of the cluster map (KEFIR.GROUP RECONFIG GROUP g
-// id...), and returns the new configuration.
-func (mv *Mover) ReconfigureGroup(ctx context.Context, g GroupID, members []uint64) (GroupConfig, error) {
-	args := []string{"KEFIR.GROUP", "RECONFIG", "GROUP", strconv.FormatUint(uint64(g), 10)}
+// move from configuration epoch — the one members were planned against —
+// to members, nodes of the cluster map (KEFIR.GROUP RECONFIG GROUP g EPOCH
+// epoch id...), and returns the new configuration. A group that moved on
+// meanwhile refuses: the error holds an *EpochMovedError (errors.As).
+func (mv *Mover) ReconfigureGroup(ctx context.Context, g GroupID, epoch uint64, members []uint64) (GroupConfig, error) {
+	args := []string{"KEFIR.GROUP", "RECONFIG", "GROUP", strconv.FormatUint(uint64(g), 10), "EPOCH", strconv.FormatUint(epoch, 10)}
 	for _, id := range members {
 		args = append(args, strconv.FormatUint(id, 10))
 	}
 	v, err := mv.do(ctx, args...)
 	if err != nil {
-		return GroupConfig{}, fmt.Errorf("reconfigure group %d: %w", g, err)
+		return GroupConfig{}, fmt.Errorf("reconfigure group %d: %w", g, epochMoved(err))
 	}
 	return DecodeGroupConfig(v)
 }
@@ -281,17 +340,18 @@ func (mv *Mover) ChainWant(ctx context.Context, ch GroupChange, epoch uint64) (u
 	return uint64(v.Int), nil
 }
 
-// Reconfigure asks the group's leader (following redirects) to move to
-// members (ID, or ID@PEER/CLIENT for one the group does not know yet),
-// and returns the new configuration.
-func (mv *Mover) Reconfigure(ctx context.Context, members []Member) (GroupConfig, error) {
-	args := []string{"KEFIR.GROUP", "RECONFIG"}
+// Reconfigure asks the group's leader (following redirects) to move from
+// configuration epoch (the one members were planned against) to members
+// (ID, or ID@PEER/CLIENT for one the group does not know yet), and returns
+// the new configuration; a group that moved on refuses (*EpochMovedError).
+func (mv *Mover) Reconfigure(ctx context.Context, epoch uint64, members []Member) (GroupConfig, error) {
+	args := []string{"KEFIR.GROUP", "RECONFIG", "EPOCH", strconv.FormatUint(epoch, 10)}
 	for _, m := range members {
 		args = append(args, FormatMember(m))
 	}
 	v, err := mv.do(ctx, args...)
 	if err != nil {
-		return GroupConfig{}, fmt.Errorf("reconfigure: %w", err)
+		return GroupConfig{}, fmt.Errorf("reconfigure: %w", epochMoved(err))
 	}
 	return DecodeGroupConfig(v)
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -33,11 +34,14 @@ type NodeChange struct {
 	// each group's own Mover is made with).
 	Meta *Mover
 	// Old is replace-node's old node (0: another change); Replace, the
-	// change is replace-node's (the placement rule's node, or --new's):
-	// a group's own configuration then decides what it is asked for
-	// (placedMembers), so that a rerun changes it once and a change of
-	// another member made meanwhile (by the repairer, or an operator) is
-	// kept, not undone.
+	// change is replace-node's (the placement rule's node, or --new's).
+	// Whatever the change, a group's own configuration decides what it is
+	// asked for (rebaseChange: the plan's difference from the map applied
+	// to it), so that a rerun changes it once and a change of another
+	// member made meanwhile (by the repairer, or an operator) is kept, not
+	// undone; the request names the configuration's epoch, and a group
+	// that moved on before it arrives refuses it (EpochMovedError): the
+	// step is planned again.
 	Old     uint64
 	Replace bool
 	// Leaving are the nodes the change takes out (not waited for to catch
@@ -110,49 +114,10 @@ func (c *NodeChange) Run(ctx context.Context, cm *kv.ClusterMap, plan []GroupCha
 		seeds = append(seeds, mv.Seeds...)
 		// On Meta's transport and clock (a simulation's, under it).
 		gmv := &Mover{Seeds: seeds, Password: mv.Password, TLS: mv.TLS, RetryFor: 30 * time.Second, Transport: mv.Transport, Clock: mv.Clock}
-		name := GroupName(step.Group)
-		planned := step.Members
-		// The members the group's last change added must have pulled its
-		// state first (not --force): changing it again while one still
-		// does can leave the new epoch without a working majority. Replace:
-		// a rerun after the group changed but before the map said so (its
-		// leader records it within a second) may place old's replica
-		// elsewhere than the run that changed it, and another change
-		// (an operator's replace-node of another member while the repairer
-		// replaces old) may land meanwhile; the group's own configuration
-		// decides (placedMembers), as it is when the wait is over — the
-		// wait can last CatchUp, and a change landed in it that the
-		// members asked for were not read after would be undone.
-		for range 3 {
-			cur, err := gmv.GroupConfigOf(ctx, step.Group)
-			if err != nil {
-				break // the plan's members; RECONFIG answers for the group
-			}
-			if c.Replace {
-				if step.Members, err = placedMembers(planned, cur.Members, c.Old, PlacedOn(cm, GroupChange{Group: step.Group, Members: planned}, c.Old)); err != nil {
-					gmv.Close()
-					return fmt.Errorf("%s: group %d: %w (rerun the command; nothing changed for it)", cmd, step.Group, err)
-				}
-			}
-			// A rerun whose change the group already made (the map did not
-			// record it) changes nothing: no wait.
-			if c.CatchUp < 0 || SameIDs(cur.Members, step.Members) {
-				break
-			}
-			if err := gmv.WaitCaughtUp(ctx, step.Group, cur.Members, cur.Previous, c.Leaving, c.CatchUp, c.Logf); err != nil {
-				gmv.Close()
-				return fmt.Errorf("%s: %w; nothing changed for group %d", cmd, err, step.Group)
-			}
-			if again, err := gmv.GroupConfigOf(ctx, step.Group); err != nil || again.Epoch == cur.Epoch {
-				break // unchanged while waited for
-			}
-			// The group changed during the wait: plan against it again.
-		}
-		c.logf("%s: %v -> %v", name, GroupMembersOf(cm, step.Group), step.Members)
-		res, err := gmv.ReconfigureGroup(ctx, step.Group, step.Members)
+		res, err := c.reconfigure(ctx, gmv, GroupMembersOf(cm, step.Group), step)
 		gmv.Close()
 		if err != nil {
-			return fmt.Errorf("%s: group %d: %w (rerun the command to finish)", cmd, step.Group, err)
+			return err
 		}
 		mapEpoch, err := mv.SetMembers(ctx, step.Group, res.Epoch, res.Members)
 		if err != nil {
@@ -216,29 +181,105 @@ func (c *NodeChange) chainStep(ctx context.Context, step GroupChange) ([]uint64,
 	return GroupMembersOf(cm, step.Group), cm.Epoch, nil
 }
 
-// placedMembers is the members a placed replacement of old by on asks a
-// group for: its own configuration (cur) with old replaced by on. That is
-// the plan's members (planned) when the group is as the map said, and it
-// keeps a change that landed since the map was read (an operator's
-// replace-node of another member while the repairer replaces old), which
-// the plan would undo. A group whose configuration no longer has old — a
-// rerun after it changed but before the map said so, or another replacer
-// of old that came first — keeps cur, so it changes once. on 0: the plan's.
-// on a member of cur beside old (another change put it there meanwhile):
-// an error, since the plan would undo that change and placing old's
-// replica elsewhere is placement's choice again (a rerun's).
-func placedMembers(planned, cur []uint64, old, on uint64) ([]uint64, error) {
-	i := slices.Index(cur, old)
+// reconfigAttempts bounds how often a step reads its group's configuration
+// again because the group changed under it (during the catch-up wait, or
+// between the read and the request: -EPOCHMOVED) before it gives up.
+const reconfigAttempts = 3
+
+// reconfigure carries out VR step (planned from the map's members was)
+// through gmv: it reads the group's own configuration, applies the plan's
+// change to it (rebaseChange), waits for the members its last change added
+// to catch up (not --force), and asks for the change from that
+// configuration's epoch. A group that changed meanwhile — during the wait,
+// which can last CatchUp, or just before the request — is planned against
+// again (the request is refused, EpochMovedError, never applied to a
+// newer configuration it was not planned for); one that keeps changing
+// stops the step, unchanged, for a rerun.
+func (c *NodeChange) reconfigure(ctx context.Context, gmv *Mover, was []uint64, step GroupChange) (GroupConfig, error) {
+	cmd, name := c.Cmd, GroupName(step.Group)
+	var cur GroupConfig
+	for attempt := 0; attempt < reconfigAttempts; attempt++ {
+		var err error
+		if cur, err = gmv.GroupConfigOf(ctx, step.Group); err != nil {
+			return GroupConfig{}, fmt.Errorf("%s: %w; nothing changed for group %d (rerun the command)", cmd, err, step.Group)
+		}
+		members, err := rebaseChange(was, step.Members, cur.Members)
+		if err != nil {
+			return GroupConfig{}, fmt.Errorf("%s: group %d: %w (rerun the command; nothing changed for it)", cmd, step.Group, err)
+		}
+		// A rerun whose change the group already made (the map did not
+		// record it) changes nothing: no wait, no request.
+		if SameIDs(cur.Members, members) {
+			return cur, nil
+		}
+		// The members the group's last change added must have pulled its
+		// state first (not --force): changing it again while one still
+		// does can leave the new epoch without a working majority.
+		if c.CatchUp >= 0 {
+			if err := gmv.WaitCaughtUp(ctx, step.Group, cur.Members, cur.Previous, c.Leaving, c.CatchUp, c.Logf); err != nil {
+				return GroupConfig{}, fmt.Errorf("%s: %w; nothing changed for group %d", cmd, err, step.Group)
+			}
+		}
+		c.logf("%s: %v -> %v (from its epoch %d)", name, cur.Members, members, cur.Epoch)
+		res, err := gmv.ReconfigureGroup(ctx, step.Group, cur.Epoch, members)
+		var moved *EpochMovedError
+		if errors.As(err, &moved) {
+			c.logf("%s changed meanwhile (epoch %d, members %v): planning against it again", name, moved.Epoch, moved.Members)
+			cur.Epoch, cur.Members = moved.Epoch, moved.Members // the latest seen, for the error below
+			continue
+		}
+		if err != nil {
+			return GroupConfig{}, fmt.Errorf("%s: group %d: %w (rerun the command to finish)", cmd, step.Group, err)
+		}
+		return res, nil
+	}
+	return GroupConfig{}, fmt.Errorf("%s: %s keeps changing under the command (%d times; last seen at epoch %d, members %v): rerun the command once it settles; nothing changed for it",
+		cmd, name, reconfigAttempts, cur.Epoch, cur.Members)
+}
+
+// rebaseChange is the members a group whose configuration is cur is asked
+// for by a change planned from the map's members was to planned: the
+// plan's difference — the nodes it takes out, and those it adds (in a
+// replacement, at the place of the one it takes out) — applied to cur.
+// That is planned when the group is as the map said, and it keeps a change
+// that landed since the map was read (an operator's replace-node of
+// another member while the repairer replaces old, the repairer's while an
+// operator removes or adds members), which planned would undo. A group
+// that has none of the nodes the change takes out (a rerun after it
+// changed but before the map said so, or another change that came first),
+// or, for a change that only adds, all it adds, keeps cur: it changes once.
+// A node to add that became a member by another change meanwhile, or a
+// result that is not an odd, non-empty group, is an error: the change is
+// to be planned again (a rerun's).
+func rebaseChange(was, planned, cur []uint64) ([]uint64, error) {
+	removed := slices.DeleteFunc(slices.Clone(was), func(id uint64) bool { return slices.Contains(planned, id) })
+	added := slices.DeleteFunc(slices.Clone(planned), func(id uint64) bool { return slices.Contains(was, id) })
+	in := func(id uint64) bool { return slices.Contains(cur, id) }
 	switch {
-	case i < 0:
+	case len(removed) > 0 && !slices.ContainsFunc(removed, in),
+		len(removed) == 0 && !slices.ContainsFunc(added, func(id uint64) bool { return !in(id) }):
 		return cur, nil
-	case on == 0:
-		return planned, nil
-	case slices.Contains(cur, on):
-		return nil, fmt.Errorf("node %d, placed in node %d's place, became a member by another change meanwhile (members %v, planned %v): plan again", on, old, cur, planned)
+	}
+	if i := slices.IndexFunc(added, in); i >= 0 {
+		return nil, fmt.Errorf("node %d, which the change adds, became a member by another change meanwhile (members %v; planned %v from %v): plan again", added[i], cur, planned, was)
 	}
 	out := slices.Clone(cur)
-	out[i] = on
+	k := 0
+	for _, id := range removed {
+		i := slices.Index(out, id)
+		switch {
+		case i < 0:
+		case k < len(added):
+			out[i] = added[k]
+			k++
+		default:
+			out = slices.Delete(out, i, i+1)
+		}
+	}
+	out = append(out, added[k:]...)
+	if len(out) == 0 || len(out)%2 == 0 {
+		return nil, fmt.Errorf("the change (%v -> %v) would leave the group, now %v, with %d members %v: it changed meanwhile, and a VR group needs an odd number; plan again", was, planned, cur, len(out), out)
+	}
 	return out, nil
 }
 

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,14 +38,88 @@ func nodeChangeMap() *kv.ClusterMap {
 	return cm
 }
 
-// reconfigIDs is the members a KEFIR.GROUP RECONFIG GROUP g id... asks for.
-func reconfigIDs(args [][]byte) []uint64 {
-	var ids []uint64
-	for _, a := range args[4:] {
-		id, _ := strconv.ParseUint(string(a), 10, 64)
-		ids = append(ids, id)
+// fakeGroup is a VR group's leader as the NodeChange tests see it
+// through a Mover's transport: its configuration (CONFIG), a PROGRESS hook,
+// and RECONFIG answered as the server does — refused with -EPOCHMOVED when
+// planned against another epoch (the core's compare-and-set), else the
+// group moves to the next epoch. The map's side (KEFIR.SLOTS META) answers
+// an epoch.
+type fakeGroup struct {
+	t                 *testing.T
+	mu                sync.Mutex
+	epoch             int64
+	members, previous []uint64
+	// progress answers PROGRESS (n: its call number, from 1); nil: every
+	// member caught up.
+	progress func(g *fakeGroup, n int) resp.Value
+	// onConfig runs before CONFIG answers (n: its call number, from 1).
+	onConfig func(g *fakeGroup, n int)
+	calls    map[string]int
+	// asked: every RECONFIG's expected epoch and members; done: the
+	// accepted ones' members.
+	asked []string
+	done  [][]uint64
+}
+
+func (g *fakeGroup) transport(ctx context.Context, addr string, args [][]byte) (resp.Value, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.calls == nil {
+		g.calls = map[string]int{}
 	}
-	return ids
+	sub := strings.ToUpper(string(args[1]))
+	g.calls[sub]++
+	switch sub {
+	case "META": // ADDNODE, SETMEMBERS: the map's epoch
+		return resp.Value{Kind: resp.Int, Int: 5}, nil
+	case "CONFIG":
+		if g.onConfig != nil {
+			g.onConfig(g, g.calls[sub])
+		}
+		return configReply(g.epoch, g.members, g.previous), nil
+	case "PROGRESS":
+		if g.progress != nil {
+			return g.progress(g, g.calls[sub]), nil
+		}
+		var rows [][3]int64
+		for _, id := range g.members[1:] {
+			rows = append(rows, [3]int64{int64(id), 1000, 1000})
+		}
+		return progressReply(g.epoch, 100, 1000, rows...), nil
+	case "RECONFIG":
+		// KEFIR.GROUP RECONFIG GROUP g [EPOCH e] id... (no EPOCH, or
+		// AnyEpoch: not checked, as the server)
+		e, rest := int64(-1), args[4:]
+		if strings.EqualFold(string(rest[0]), "EPOCH") {
+			if x, err := strconv.ParseUint(string(rest[1]), 10, 64); err == nil && x != AnyEpoch {
+				e = int64(x)
+			}
+			rest = rest[2:]
+		}
+		var ids []uint64
+		for _, a := range rest {
+			id, _ := strconv.ParseUint(string(a), 10, 64)
+			ids = append(ids, id)
+		}
+		g.asked = append(g.asked, fmt.Sprintf("%d:%v", e, ids))
+		if e >= 0 && e != g.epoch {
+			moved := &EpochMovedError{Group: 1, Expected: uint64(e), Epoch: uint64(g.epoch), Members: g.members}
+			return resp.Value{Kind: resp.Error, Str: []byte(moved.Error())}, nil
+		}
+		g.epoch, g.members, g.previous = g.epoch+1, ids, g.members
+		g.done = append(g.done, ids)
+		return configReply(g.epoch, g.members, g.previous), nil
+	}
+	g.t.Fatalf("unexpected command %q", args)
+	return resp.Value{}, nil
+}
+
+// run runs nc (on g's transport) over plan, planned against map cm.
+func (g *fakeGroup) run(nc *NodeChange, cm *kv.ClusterMap, plan []GroupChange) error {
+	nc.Meta = &Mover{Seeds: []string{"n1"}, Transport: g.transport}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return nc.Run(ctx, cm, plan)
 }
 
 // A placed replacement (the repairer's, or replace-node --old N without
@@ -53,46 +128,28 @@ func reconfigIDs(args [][]byte) []uint64 {
 // operator's replace-node of another member that lands during the wait
 // (up to CaughtUpWait) would otherwise be undone — its new node dropped
 // before it caught up and the node it replaced, dead, made a member again,
-// leaving the group one caught-up member from losing its majority.
+// leaving the group one caught-up member from losing its majority. The
+// request made from the configuration read before the wait is refused
+// (-EPOCHMOVED), and the step is planned again.
 func TestPlacedChangeAsksTheGroupAfterTheCatchUpWait(t *testing.T) {
 	// The map: group 1 [1 3 5]; node 3 is replaced by node 7 (placed).
-	cm := nodeChangeMap()
-	var mu sync.Mutex
 	// The group: epoch 2 [1 3 5], node 5 added by its last change and
 	// still pulling the state. While the change waits for it, an operator
 	// replaces node 5 by node 9 (epoch 3), and node 9 catches up.
-	epoch, members, previous := int64(2), []uint64{1, 3, 5}, []uint64{1, 3, 6}
-	progressed := 0
-	var asked []uint64
-	tr := func(ctx context.Context, addr string, args [][]byte) (resp.Value, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch strings.ToUpper(string(args[1])) {
-		case "CONFIG":
-			return configReply(epoch, members, previous), nil
-		case "PROGRESS":
-			progressed++
-			if progressed == 1 { // 5 behind; then the operator's change lands
-				epoch, members, previous = 3, []uint64{1, 3, 9}, []uint64{1, 3, 5}
-				return progressReply(2, 100, 180, [3]int64{3, 180, 180}, [3]int64{5, 0, 0}), nil
-			}
-			return progressReply(epoch, 150, 190, [3]int64{3, 190, 190}, [3]int64{9, 190, 190}), nil
-		case "RECONFIG":
-			asked = append(asked, reconfigIDs(args)...)
-			return resp.Value{Kind: resp.Error, Str: []byte("ERR stop here")}, nil
+	g := &fakeGroup{t: t, epoch: 2, members: []uint64{1, 3, 5}, previous: []uint64{1, 3, 6}}
+	g.progress = func(g *fakeGroup, n int) resp.Value {
+		if n == 1 { // 5 behind; then the operator's change lands
+			g.epoch, g.members, g.previous = 3, []uint64{1, 3, 9}, []uint64{1, 3, 5}
+			return progressReply(2, 100, 180, [3]int64{3, 180, 180}, [3]int64{5, 0, 0})
 		}
-		t.Fatalf("unexpected command %q", args)
-		return resp.Value{}, nil
+		return progressReply(g.epoch, 150, 190, [3]int64{3, 190, 190}, [3]int64{9, 190, 190})
 	}
-	mv := &Mover{Seeds: []string{"n1"}, Transport: tr}
-	nc := &NodeChange{Cmd: "test", Meta: mv, Old: 3, Replace: true, Leaving: []uint64{3}, CatchUp: 5 * time.Second}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = nc.Run(ctx, cm, []GroupChange{{Group: 1, Members: []uint64{1, 7, 5}}})
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.Equal(asked, []uint64{1, 7, 9}) {
-		t.Fatalf("the group was asked to become %v, want [1 7 9] (node 3 replaced by 7, the operator's 5 -> 9 kept)", asked)
+	nc := &NodeChange{Cmd: "test", Old: 3, Replace: true, Leaving: []uint64{3}, CatchUp: 5 * time.Second}
+	if err := g.run(nc, nodeChangeMap(), []GroupChange{{Group: 1, Members: []uint64{1, 7, 5}}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.done) != 1 || !slices.Equal(g.done[0], []uint64{1, 7, 9}) {
+		t.Fatalf("the group became %v (asked %v), want [1 7 9] (node 3 replaced by 7, the operator's 5 -> 9 kept)", g.done, g.asked)
 	}
 }
 
@@ -101,30 +158,66 @@ func TestPlacedChangeAsksTheGroupAfterTheCatchUpWait(t *testing.T) {
 // not undo the repairer's change (5 a member again, 9 dropped): the group's
 // own configuration decides, as for a placed replacement.
 func TestExplicitReplaceKeepsAConcurrentChange(t *testing.T) {
-	cm := nodeChangeMap()
-	var asked []uint64
-	tr := func(ctx context.Context, addr string, args [][]byte) (resp.Value, error) {
-		switch strings.ToUpper(string(args[1])) {
-		case "META": // ADDNODE of node 7
-			return resp.Value{Kind: resp.Int, Int: 5}, nil
-		case "CONFIG": // the repairer's change landed: 5 -> 9, caught up
-			return configReply(3, []uint64{1, 3, 9}, []uint64{1, 3, 5}), nil
-		case "PROGRESS":
-			return progressReply(3, 150, 190, [3]int64{3, 190, 190}, [3]int64{9, 190, 190}), nil
-		case "RECONFIG":
-			asked = append(asked, reconfigIDs(args)...)
-			return resp.Value{Kind: resp.Error, Str: []byte("ERR stop here")}, nil
-		}
-		t.Fatalf("unexpected command %q", args)
-		return resp.Value{}, nil
-	}
-	mv := &Mover{Seeds: []string{"n1"}, Transport: tr}
-	nc := &NodeChange{Cmd: "replace-node", Meta: mv, Old: 3, Replace: true, Leaving: []uint64{3}, CatchUp: 5 * time.Second,
+	// The repairer's change landed: 5 -> 9, caught up.
+	g := &fakeGroup{t: t, epoch: 3, members: []uint64{1, 3, 9}, previous: []uint64{1, 3, 5}}
+	nc := &NodeChange{Cmd: "replace-node", Old: 3, Replace: true, Leaving: []uint64{3}, CatchUp: 5 * time.Second,
 		NewNodes: []Member{{ID: 7, ClientAddr: "n7", PeerAddr: "p"}}}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = nc.Run(ctx, cm, []GroupChange{{Group: 1, Members: []uint64{1, 7, 5}}})
-	if !slices.Equal(asked, []uint64{1, 7, 9}) {
-		t.Fatalf("the group was asked to become %v, want [1 7 9] (node 3 replaced by 7, the repairer's 5 -> 9 kept)", asked)
+	if err := g.run(nc, nodeChangeMap(), []GroupChange{{Group: 1, Members: []uint64{1, 7, 5}}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.done) != 1 || !slices.Equal(g.done[0], []uint64{1, 7, 9}) {
+		t.Fatalf("the group became %v, want [1 7 9] (node 3 replaced by 7, the repairer's 5 -> 9 kept)", g.done)
+	}
+}
+
+// A group that changes again during every catch-up wait: the step plans
+// against it again each time and, after reconfigAttempts, stops with "keeps
+// changing" for a rerun — it never asks for a change from a configuration
+// older than the group's (before the fix, the third change's wait ended in
+// a request planned against the configuration read before it).
+func TestNodeChangeStopsWhenTheGroupKeepsChanging(t *testing.T) {
+	g := &fakeGroup{t: t, epoch: 2, members: []uint64{1, 3, 5}, previous: []uint64{1, 3, 6}}
+	// Each wait: the operator replaces the newest member again (5 -> 11,
+	// 11 -> 12, ...), the new one caught up.
+	next := uint64(10)
+	g.progress = func(g *fakeGroup, n int) resp.Value {
+		next++
+		last := g.members[2]
+		g.epoch, g.members, g.previous = g.epoch+1, []uint64{1, 3, next}, g.members
+		return progressReply(g.epoch, 150, 190, [3]int64{3, 190, 190}, [3]int64{int64(last), 190, 190}, [3]int64{int64(next), 190, 190})
+	}
+	nc := &NodeChange{Cmd: "test", Old: 3, Replace: true, Leaving: []uint64{3}, CatchUp: 5 * time.Second}
+	err := g.run(nc, nodeChangeMap(), []GroupChange{{Group: 1, Members: []uint64{1, 7, 5}}})
+	if err == nil || !strings.Contains(err.Error(), "keeps changing") || !strings.Contains(err.Error(), "rerun") {
+		t.Fatalf("Run: %v, want \"keeps changing ... rerun\" (asked %v, done %v)", err, g.asked, g.done)
+	}
+	if len(g.done) != 0 {
+		t.Fatalf("the group was changed to %v from a stale configuration (asked %v)", g.done, g.asked)
+	}
+}
+
+// remove-node and add-members plan from the map, but a group's own
+// configuration decides what it is asked for: a replacement the repairer
+// made meanwhile (3 -> 6) is kept, not undone (before the fix the group
+// was asked for the map's members, bringing back dead node 3).
+func TestRemoveAndAddKeepAConcurrentChange(t *testing.T) {
+	cm := nodeChangeMap()
+	cm.Groups[0].Members = []uint64{1, 3, 5, 7, 9}
+	g := &fakeGroup{t: t, epoch: 4, members: []uint64{1, 6, 5, 7, 9}, previous: []uint64{1, 3, 5, 7, 9}}
+	rm := &NodeChange{Cmd: "remove-node", Leaving: []uint64{7, 9}, CatchUp: 5 * time.Second}
+	if err := g.run(rm, cm, []GroupChange{{Group: 1, Members: []uint64{1, 3, 5}}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.done) != 1 || !slices.Equal(g.done[0], []uint64{1, 6, 5}) {
+		t.Fatalf("remove-node 7,9: the group became %v, want [1 6 5] (the repairer's 3 -> 6 kept)", g.done)
+	}
+	cm.Groups[0].Members = []uint64{1, 3, 5}
+	g = &fakeGroup{t: t, epoch: 4, members: []uint64{1, 6, 5}, previous: []uint64{1, 3, 5}}
+	add := &NodeChange{Cmd: "add-members", CatchUp: 5 * time.Second}
+	if err := g.run(add, cm, []GroupChange{{Group: 1, Members: []uint64{1, 3, 5, 7, 9}}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.done) != 1 || !slices.Equal(g.done[0], []uint64{1, 6, 5, 7, 9}) {
+		t.Fatalf("add-members 7,9: the group became %v, want [1 6 5 7 9] (the repairer's 3 -> 6 kept)", g.done)
 	}
 }

@@ -388,27 +388,45 @@ func TestPlacementNamesSilentNodes(t *testing.T) {
 	}
 }
 
-// A placed replace-node's rerun: a group whose own configuration no longer
-// has the old node keeps the members it has (it changed before the map
-// said so); otherwise its own members with old replaced by the placed
-// node — the plan's, or, when another member changed since the map was
-// read, that change kept.
-func TestPlacedMembers(t *testing.T) {
-	if got, _ := placedMembers([]uint64{1, 2, 5}, []uint64{1, 2, 4}, 4, 5); !slices.Equal(got, []uint64{1, 2, 5}) {
-		t.Errorf("old still a member: %v, want the plan's", got)
-	}
-	if got, _ := placedMembers([]uint64{1, 2, 5}, []uint64{1, 2, 3}, 4, 5); !slices.Equal(got, []uint64{1, 2, 3}) {
-		t.Errorf("the group changed already: %v, want its own members", got)
-	}
-	// Group [1 3 5], planned [1 4 5] (3 -> 4); meanwhile an operator
-	// replaced 5 by 9: [1 3 9]. The plan would bring 5 back.
-	if got, _ := placedMembers([]uint64{1, 4, 5}, []uint64{1, 3, 9}, 3, 4); !slices.Equal(got, []uint64{1, 4, 9}) {
-		t.Errorf("another member replaced meanwhile: %v, want [1 4 9]", got)
-	}
-	// Group [1 3 5], planned [1 7 5] (3 -> 7); meanwhile an operator
-	// replaced 5 by 7: [1 3 7]. The plan would undo that change (5, dead,
-	// a member again); placing 3's replica is to be chosen again.
-	if got, err := placedMembers([]uint64{1, 7, 5}, []uint64{1, 3, 7}, 3, 7); err == nil {
-		t.Errorf("the placed node made a member by another change meanwhile: %v, want an error (plan again)", got)
+// What a group is asked for (rebaseChange): the plan's change, made from
+// the map's members, applied to the group's own configuration. A rerun
+// after the group changed (before the map said so) keeps it; a change of
+// another member that landed meanwhile (the repairer's, an operator's) is
+// kept, not undone — for a replacement, a removal and an addition alike;
+// what the plan can no longer mean is refused (plan again).
+func TestRebaseChange(t *testing.T) {
+	for _, c := range []struct {
+		name              string
+		was, planned, cur []uint64
+		want              []uint64
+		err               string
+	}{
+		{"replace, the group as the map said", []uint64{1, 2, 4}, []uint64{1, 2, 5}, []uint64{1, 2, 4}, []uint64{1, 2, 5}, ""},
+		{"replace, the group changed already", []uint64{1, 2, 4}, []uint64{1, 2, 5}, []uint64{1, 2, 3}, []uint64{1, 2, 3}, ""},
+		// Group [1 3 5], planned [1 4 5] (3 -> 4); meanwhile an operator
+		// replaced 5 by 9: [1 3 9]. The plan would bring 5 back.
+		{"replace, another member replaced meanwhile", []uint64{1, 3, 5}, []uint64{1, 4, 5}, []uint64{1, 3, 9}, []uint64{1, 4, 9}, ""},
+		// Planned [1 7 5] (3 -> 7); meanwhile 5 was replaced by 7.
+		{"replace, the new node made a member meanwhile", []uint64{1, 3, 5}, []uint64{1, 7, 5}, []uint64{1, 3, 7}, nil, "node 7, which the change adds, became a member"},
+		// remove-node 4,5 of [1 2 3 4 5] while the repairer replaced 3 by 6.
+		{"remove, another member replaced meanwhile", []uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 3}, []uint64{1, 2, 6, 4, 5}, []uint64{1, 2, 6}, ""},
+		{"remove, done already", []uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 3}, []uint64{1, 2, 6}, []uint64{1, 2, 6}, ""},
+		// ... while the repairer replaced 5 by 9: removing 4 alone leaves four.
+		{"remove, one of them replaced meanwhile", []uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 3}, []uint64{1, 2, 3, 4, 9}, nil, "with 4 members [1 2 3 9]"},
+		// add-members 4,5 to [1 2 3] while the repairer replaced 3 by 9.
+		{"add, another member replaced meanwhile", []uint64{1, 2, 3}, []uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 9}, []uint64{1, 2, 9, 4, 5}, ""},
+		{"add, done already", []uint64{1, 2, 3}, []uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 3, 4, 5}, ""},
+		{"add, one made a member meanwhile", []uint64{1, 2, 3}, []uint64{1, 2, 3, 4, 5}, []uint64{1, 4, 3}, nil, "node 4, which the change adds"},
+	} {
+		got, err := rebaseChange(c.was, c.planned, c.cur)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: %v %v, want an error with %q", c.name, got, err, c.err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v %v, want %v", c.name, got, err, c.want)
+		}
 	}
 }

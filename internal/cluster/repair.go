@@ -46,15 +46,36 @@ type RepairWatch struct {
 }
 
 // RepairSkip is a group of the dead node the watch does not repair: Down
-// of its members do not answer, a majority (a chain: all of them).
+// of its members do not answer, a majority (Chain: all of them).
 type RepairSkip struct {
 	Group   GroupID
 	Members []uint64
 	Down    []uint64
+	Chain   bool
 }
 
+// String is the group, its members and those not answering, and the rule
+// that skips it (a VR group's, or a chain's).
 func (s RepairSkip) String() string {
-	return fmt.Sprintf("%s (members %v, not answering %v)", GroupName(s.Group), s.Members, s.Down)
+	why := "a majority of its members do not answer: VR cannot reconfigure it without their quorum"
+	if s.Chain {
+		why = "none of its members answers: a chain is repaired through a member that holds its state"
+	}
+	return fmt.Sprintf("%s (members %v, not answering %v): %s", GroupName(s.Group), s.Members, s.Down, why)
+}
+
+// stuckMessage is what the repairer logs (once) for a dead node it does
+// not repair: PlanReplacePlaced's refusal, or the groups skipped, each
+// with its rule.
+func stuckMessage(s RepairDecision, after time.Duration) string {
+	if s.Err != nil {
+		return fmt.Sprintf("node %d has not answered for %v: %v", s.Node, after, s.Err)
+	}
+	var sk []string
+	for _, x := range s.Skipped {
+		sk = append(sk, x.String())
+	}
+	return fmt.Sprintf("node %d has not answered for %v, but its groups cannot be repaired now — %s — so it is not repaired (bring their nodes back)", s.Node, after, strings.Join(sk, "; "))
 }
 
 // RepairDecision is what the watch decided for one dead node: Plan to run
@@ -192,7 +213,7 @@ func (w *RepairWatch) Due(now time.Time, cm *kv.ClusterMap, after time.Duration)
 				lost = len(down) == len(g.Members)
 			}
 			if lost && !(mutation.On && RepairMut.IgnoresQuorum) {
-				d.Skipped = append(d.Skipped, RepairSkip{Group: ch.Group, Members: g.Members, Down: down})
+				d.Skipped = append(d.Skipped, RepairSkip{Group: ch.Group, Members: g.Members, Down: down, Chain: g.IsChain()})
 				continue
 			}
 			d.Plan = append(d.Plan, ch)
@@ -283,14 +304,7 @@ func (r *repairer) tick(ctx context.Context, cm *kv.ClusterMap, cfg FollowConfig
 	}
 	d, due, stuck := r.watch.Due(now, cm, after)
 	for _, s := range stuck {
-		msg := fmt.Sprintf("node %d has not answered for %v: %v", s.Node, after, s.Err)
-		if s.Err == nil {
-			var sk []string
-			for _, x := range s.Skipped {
-				sk = append(sk, x.String())
-			}
-			msg = fmt.Sprintf("node %d has not answered for %v, but a majority of the members of %s do not answer: VR cannot reconfigure such a group without their quorum, so it is not repaired (bring its nodes back)", s.Node, after, strings.Join(sk, ", "))
-		}
+		msg := stuckMessage(s, after)
 		if !r.logged[msg] {
 			if r.logged == nil {
 				r.logged = map[string]bool{}
@@ -329,7 +343,7 @@ func (r *repairer) run(ctx context.Context, cm *kv.ClusterMap, cfg FollowConfig,
 		logf("metadata: repair: node %d has not answered for %v: placing its replica of %s on node %d", d.Node, cfg.RepairAfter, GroupName(ch.Group), PlacedOn(cm, ch, d.Node))
 	}
 	for _, s := range d.Skipped {
-		logf("metadata: repair: node %d: not repairing %s: a majority of its members do not answer (VR cannot reconfigure it without their quorum)", d.Node, s)
+		logf("metadata: repair: node %d: not repairing %s", d.Node, s)
 	}
 	mv := &Mover{Seeds: cfg.Seeds, Password: cfg.Password, TLS: cfg.TLS, RetryFor: 30 * time.Second}
 	defer mv.Close()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -170,11 +171,27 @@ func checkRepairChainQuorum() error {
 	if len(d.Skipped) != 1 || d.Skipped[0].Group != MetaGroupID {
 		return fmt.Errorf("node 2's skipped groups %+v, want the metadata group alone", d.Skipped)
 	}
-	// Every member of the chain dead: skipped, nothing due for node 2.
+	// Every member of the chain dead: skipped, nothing due for node 2; the
+	// log says each group's rule — the chain's "none answers", not VR's
+	// "a majority".
 	w = RepairWatch{}
 	probe(&w, t0, cm, 2, 3, 4)
-	if d, ok, _ := w.Due(t0.Add(after), cm, after); ok {
+	d, ok, stuck := w.Due(t0.Add(after), cm, after)
+	if ok {
 		return fmt.Errorf("node %d due with no member of its chain answering: %+v", d.Node, d)
+	}
+	i := slices.IndexFunc(stuck, func(d RepairDecision) bool { return d.Node == 2 })
+	if i < 0 {
+		return fmt.Errorf("node 2 is not stuck: %+v", stuck)
+	}
+	msg := stuckMessage(stuck[i], after)
+	for _, want := range []string{
+		"group 2 (members [2 3 4], not answering [2 3 4]): none of its members answers: a chain is repaired through a member that holds its state;",
+		"the metadata group (members [1 2 3], not answering [2 3]): a majority of its members do not answer",
+	} {
+		if !strings.Contains(msg, want) {
+			return fmt.Errorf("node 2's stuck message %q does not say %q", msg, want)
+		}
 	}
 	return nil
 }

@@ -165,6 +165,19 @@ func DefaultMetaMembers(nodes []uint64) []uint64 {
 	return ids[:max(n, 0)]
 }
 
+// NodeGroups is what keeps node id in the map (removeNode refuses to take
+// it out while any is so): the data groups that have it as a member, or
+// joining or leaving, in map order, and whether it is a member of the
+// metadata group.
+func (m *ClusterMap) NodeGroups(id uint64) (groups []uint64, meta bool) {
+	for _, g := range m.Groups {
+		if slices.Contains(g.Members, id) || slices.Contains(g.Joining, id) || slices.Contains(g.Leaving, id) {
+			groups = append(groups, g.ID)
+		}
+	}
+	return groups, slices.Contains(m.MetaMembers(), id)
+}
+
 // MetaMembers returns the metadata group's members as the map knows them.
 func (m *ClusterMap) MetaMembers() []uint64 {
 	if m.Meta != nil {
@@ -571,13 +584,11 @@ func removeNode(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	if i < 0 {
 		return nil, epoch, nil // taken out already: a retry
 	}
-	if slices.Contains(m.MetaMembers(), nd.ID) {
+	switch gs, meta := m.NodeGroups(nd.ID); {
+	case meta:
 		return nil, Result{}, errMap("node %d is a member of the metadata group: replace it there first (kefir cluster replace-node --old %d --group 65535)", nd.ID, nd.ID)
-	}
-	for _, g := range m.Groups {
-		if slices.Contains(g.Members, nd.ID) || slices.Contains(g.Joining, nd.ID) || slices.Contains(g.Leaving, nd.ID) {
-			return nil, Result{}, errMap("node %d is in group %d: remove it from its groups first (kefir cluster remove-node or replace-node)", nd.ID, g.ID)
-		}
+	case len(gs) > 0:
+		return nil, Result{}, errMap("node %d is in group %d: remove it from its groups first (kefir cluster remove-node or replace-node)", nd.ID, gs[0])
 	}
 	n := m.clone()
 	n.Meta = slices.Clone(m.MetaMembers())

@@ -192,7 +192,11 @@ func TestChainGroupFollowsTheMetadataMembers(t *testing.T) {
 				}
 			}
 			gmv := &cluster.Mover{Seeds: seeds, RetryFor: 20 * time.Second}
-			res, err := gmv.ReconfigureGroup(ctx, step.Group, step.Members)
+			cur, err := gmv.GroupConfigOf(ctx, step.Group)
+			if err != nil {
+				t.Fatalf("replace %d by %d: group %d: %v", r[0], r[1], step.Group, err)
+			}
+			res, err := gmv.ReconfigureGroup(ctx, step.Group, cur.Epoch, step.Members)
 			gmv.Close()
 			if err != nil {
 				t.Fatalf("replace %d by %d: group %d: %v", r[0], r[1], step.Group, err)

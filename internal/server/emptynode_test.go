@@ -250,6 +250,35 @@ func TestLeftMapOnlyAfterTheNodeWasNamed(t *testing.T) {
 	}
 }
 
+// A node taken out of the map retires as a whole only once it hosts
+// nothing here (leavesMap's two guards): a data replica, or a replica of
+// the metadata group, still open keeps it up until that replica retires
+// by its own group's change.
+func TestLeavesMapOnlyHostingNothing(t *testing.T) {
+	out := &kv.ClusterMap{Epoch: 8, Nodes: []kv.MapNode{{ID: 1}, {ID: 2}, {ID: 3}}}
+	for _, c := range []struct {
+		name      string
+		hosted    int
+		hostsMeta bool
+		want      bool
+	}{
+		{"a data replica open", 1, false, false},
+		{"the metadata replica open", 0, true, false},
+		{"both", 2, true, false},
+		{"nothing", 0, false, true},
+	} {
+		n := uint64(7)
+		if got := leavesMap(out, 4, &n, c.hosted, c.hostsMeta); got != c.want {
+			t.Errorf("node 4 out of the map at epoch 8, %s: leaves %v, want %v", c.name, got, c.want)
+		}
+	}
+	// Named by the map: never, whatever it hosts.
+	n := uint64(7)
+	if leavesMap(&kv.ClusterMap{Epoch: 8, Nodes: []kv.MapNode{{ID: 4}}}, 4, &n, 0, false) {
+		t.Error("node 4 named by the map leaves it")
+	}
+}
+
 // A node joining a cluster of groups records the epoch of the map that
 // named it in its joinFile, and a restart reads it back: leftMap's floor
 // survives the restart.

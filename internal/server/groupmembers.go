@@ -214,11 +214,7 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 			}
 		}
 	}
-	// Taken out of the map (kefir cluster remove-node of a node that
-	// hosts nothing; the map refuses it for a node a group has): the
-	// node retires as a whole. Only once it hosts nothing here too — a
-	// replica the map no longer names retires above first.
-	if leftMap(cm, s.cfg.ReplicaID, &gs.namedAt) && len(s.multi.Hosted()) == 0 && !s.multi.HostsMeta() {
+	if leavesMap(cm, s.cfg.ReplicaID, &gs.namedAt, len(s.multi.Hosted()), s.multi.HostsMeta()) {
 		return s.leaveMap(cm.Epoch)
 	}
 	s.recordMembersIfBehind(ctx, cm)
@@ -734,6 +730,19 @@ func leftMap(cm *kv.ClusterMap, self uint64, namedAt *uint64) bool {
 		return false
 	}
 	return cm.Epoch > *namedAt
+}
+
+// leavesMap reports whether node self, hosting hosted data replicas and
+// (hostsMeta) a metadata replica, retires as a whole on map cm: taken out
+// of the map (kefir cluster remove-node of a node that hosts nothing; the
+// map refuses it for a node a group has: leftMap) and only once it hosts
+// nothing here too. A replica the map no longer names retires first, by
+// its own group's change (VR's Retired: its successors hold the state); a
+// node that left the map with a replica still open — a data one, or the
+// metadata group's, which may hold the only copy of the map's last
+// changes — would stop it before its group is done with it.
+func leavesMap(cm *kv.ClusterMap, self uint64, namedAt *uint64, hosted int, hostsMeta bool) bool {
+	return leftMap(cm, self, namedAt) && hosted == 0 && !hostsMeta
 }
 
 // leaveMap retires the node as a whole: the map, at epoch, no longer has
@@ -1273,8 +1282,13 @@ func (s *Server) openJoinedGroup(tr *transport.Transport, id cluster.GroupID, jr
 //	                                         KEFIR.GROUP CONFIG's (the addresses
 //	                                         are the map's nodes'); a node that
 //	                                         does not host g: -MOVED to one that does
-//	KEFIR.GROUP RECONFIG GROUP g id...       at g's leader (elsewhere -MOVED):
-//	                                         move g to these members, nodes of the
+//	KEFIR.GROUP RECONFIG GROUP g [EPOCH e] id...
+//	                                         at g's leader (elsewhere -MOVED):
+//	                                         move g from configuration epoch e
+//	                                         (the one the list was planned
+//	                                         against; -EPOCHMOVED if g is no
+//	                                         longer there; no EPOCH: whatever it
+//	                                         is) to these members, nodes of the
 //	                                         map (odd, distinct); the current set
 //	                                         again answers it unchanged
 func (c *conn) groupCmdMulti(args [][]byte) error {
@@ -1284,7 +1298,7 @@ func (c *conn) groupCmdMulti(args [][]byte) error {
 		return errf("ERR unknown subcommand '%s' of KEFIR.GROUP (CONFIG, RECONFIG, PROGRESS)", strings.ToLower(sub))
 	}
 	if len(args) < 4 || !strings.EqualFold(string(args[2]), "GROUP") {
-		return errf("ERR KEFIR.GROUP %s: this node hosts several groups: name one (KEFIR.GROUP %s GROUP <id>%s)", sub, sub, map[string]string{"CONFIG": "", "RECONFIG": " <member-id>..."}[sub])
+		return errf("ERR KEFIR.GROUP %s: this node hosts several groups: name one (KEFIR.GROUP %s GROUP <id>%s)", sub, sub, map[string]string{"CONFIG": "", "RECONFIG": " [EPOCH <epoch>] <member-id>..."}[sub])
 	}
 	gid, err := strconv.ParseUint(string(args[3]), 10, 32)
 	if err != nil || gid == 0 {
@@ -1327,8 +1341,12 @@ func (c *conn) groupCmdMulti(args [][]byte) error {
 			return errf("ERR KEFIR.GROUP RECONFIG: group %d is a chain: its membership is its master's, not VR reconfiguration's", id)
 		}
 	}
-	ids := make([]uint64, 0, len(args)-4)
-	for _, a := range args[4:] {
+	epoch, rest, err := reconfigEpoch(args[4:])
+	if err != nil {
+		return err
+	}
+	ids := make([]uint64, 0, len(rest))
+	for _, a := range rest {
 		m, err := strconv.ParseUint(string(a), 10, 64)
 		if err != nil || m == 0 {
 			return errf("ERR KEFIR.GROUP RECONFIG: member %q: node ids (nodes of the cluster map) only", a)
@@ -1375,15 +1393,36 @@ func (c *conn) groupCmdMulti(args [][]byte) error {
 	s.learnNodes(s.multi.Nodes())
 	ctx, cancel := context.WithTimeout(context.Background(), reconfigTimeout)
 	defer cancel()
-	m, err := rc.Reconfigure(ctx, ids)
+	m, err := rc.Reconfigure(ctx, epoch, ids)
 	if err != nil {
 		if errors.Is(err, cluster.ErrNotLeader) {
 			return err
+		}
+		if moved := (*cluster.EpochMovedError)(nil); errors.As(err, &moved) {
+			moved.Group = id
+			return &cluster.ReplyError{Msg: moved.Error()}
 		}
 		return errf("ERR KEFIR.GROUP RECONFIG GROUP %d to %v: %v (KEFIR.GROUP CONFIG GROUP %d tells whether the group moved)", id, ids, err, id)
 	}
 	s.log.Info("reconfigured a group", "group", uint64(id), "epoch", m.Epoch, "members", m.Members, "previous", m.Previous)
 	return c.writeConfig(m, lg.Hosted.Group.State(), s.multi.Nodes())
+}
+
+// reconfigEpoch reads KEFIR.GROUP RECONFIG's optional EPOCH e before the
+// members: the configuration epoch the change was planned against
+// (cluster.AnyEpoch without it: an older caller's), and the members' args.
+func reconfigEpoch(args [][]byte) (uint64, [][]byte, error) {
+	if len(args) == 0 || !strings.EqualFold(string(args[0]), "EPOCH") {
+		return cluster.AnyEpoch, args, nil
+	}
+	if len(args) < 3 {
+		return 0, nil, errf("ERR KEFIR.GROUP RECONFIG: EPOCH <epoch> is followed by the members")
+	}
+	e, err := strconv.ParseUint(string(args[1]), 10, 64)
+	if err != nil || e == cluster.AnyEpoch {
+		return 0, nil, errf("ERR KEFIR.GROUP RECONFIG: EPOCH %q is not a configuration epoch", args[1])
+	}
+	return e, args[2:], nil
 }
 
 // hostedGroup returns this node's replica of data group id.

@@ -489,8 +489,11 @@ func (s *Server) retire(m cluster.Membership) {
 //	                                   [cluster-id, epoch, epoch-start, [member-id...],
 //	                                   [previous-id...], leader (0: unknown),
 //	                                   [ID@PEER/CLIENT... of every node it knows]]
-//	KEFIR.GROUP RECONFIG member...     at the leader (elsewhere -MOVED <leader>): move
-//	                                   the group to these members (ID, or
+//	KEFIR.GROUP RECONFIG [EPOCH e] member...
+//	                                   at the leader (elsewhere -MOVED <leader>): move
+//	                                   the group from configuration epoch e
+//	                                   (-EPOCHMOVED if it is no longer there; no
+//	                                   EPOCH: whatever it is) to these members (ID, or
 //	                                   ID@PEER/CLIENT for a node the group does not
 //	                                   know; odd, distinct); the answer is CONFIG's
 //	                                   of the new configuration. Asking again for
@@ -513,7 +516,11 @@ func (c *conn) groupCmd(args [][]byte) error {
 		if len(args) < 3 {
 			return errf("ERR wrong number of arguments for 'kefir.group|reconfig' command")
 		}
-		m, err := s.reconfigure(args[2:])
+		epoch, members, err := reconfigEpoch(args[2:])
+		if err != nil {
+			return err
+		}
+		m, err := s.reconfigure(epoch, members)
 		if err != nil {
 			return err
 		}
@@ -576,7 +583,7 @@ const reconfigTimeout = 30 * time.Second
 // reconfigure runs KEFIR.GROUP RECONFIG at the leader: the list is checked
 // before anything changes; the addresses of nodes the group does not know
 // go through the log first (the address record), then the reconfiguration.
-func (s *Server) reconfigure(args [][]byte) (cluster.Membership, error) {
+func (s *Server) reconfigure(epoch uint64, args [][]byte) (cluster.Membership, error) {
 	ms := s.mem
 	want := make([]Member, 0, len(args))
 	for _, a := range args {
@@ -616,6 +623,13 @@ func (s *Server) reconfigure(args [][]byte) (cluster.Membership, error) {
 		// follower writes nothing.
 		return cluster.Membership{}, s.notLeaderErr(st)
 	}
+	if epoch != cluster.AnyEpoch && cur.Epoch > epoch {
+		// Planned against a configuration the group has left: refused
+		// before the address record is written (the core's check, at
+		// ordering, decides every other case; a durable epoch above the
+		// expected one is one the core is at or past).
+		return cluster.Membership{}, &cluster.ReplyError{Msg: (&cluster.EpochMovedError{Expected: epoch, Epoch: cur.Epoch, Members: cur.Members}).Error()}
+	}
 	// The current leader leads the new epoch's first view when it stays: no
 	// view change for the clients.
 	if i := slices.Index(ids, s.cfg.ReplicaID); i > 0 {
@@ -649,10 +663,13 @@ func (s *Server) reconfigure(args [][]byte) (cluster.Membership, error) {
 		s.learnAddrsLocked(learn, true)
 		ms.mu.Unlock()
 	}
-	m, err := ms.rc.Reconfigure(ctx, ids)
+	m, err := ms.rc.Reconfigure(ctx, epoch, ids)
 	if err != nil {
 		if errors.Is(err, cluster.ErrNotLeader) {
 			return cluster.Membership{}, err
+		}
+		if moved := (*cluster.EpochMovedError)(nil); errors.As(err, &moved) {
+			return cluster.Membership{}, &cluster.ReplyError{Msg: moved.Error()}
 		}
 		return cluster.Membership{}, errf("ERR KEFIR.GROUP RECONFIG to %v: %v (KEFIR.GROUP CONFIG tells whether the group moved)", ids, err)
 	}

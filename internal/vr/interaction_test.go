@@ -198,7 +198,7 @@ func (e *ienv) handle(t *testing.T, d *datadriven.TestData) string {
 				}
 			}
 		}
-		e.result(e.n.rs[id].Reconfigure(e.n.now, ms))
+		e.result(e.n.rs[id].Reconfigure(e.n.now, AnyEpoch, ms))
 	case "add-member":
 		var id uint64
 		d.ScanArgs(t, "id", &id)

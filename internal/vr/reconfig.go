@@ -81,7 +81,31 @@ var (
 	ErrReconfigUnsupported = errors.New("vr: reconfiguration is not supported with the nilext fast path or follower reads")
 	// ErrBadMembers: the member list asked for is not a valid new group.
 	ErrBadMembers = errors.New("vr: invalid new member list")
+	// ErrEpochMoved is what errors.Is finds in an EpochMovedError.
+	ErrEpochMoved = errors.New("vr: the group's configuration epoch moved")
 )
+
+// AnyEpoch as Reconfigure's expected epoch: the request is not tied to the
+// configuration it was planned against (an old caller's KEFIR.GROUP
+// RECONFIG without EPOCH).
+const AnyEpoch = math.MaxUint64
+
+// EpochMovedError refuses a reconfiguration planned against configuration
+// Expected when the group is at Epoch (Members) by the time the leader
+// orders it: another change came first, and the request, made from the
+// older member list, would undo it. The caller reads the configuration
+// again and plans against it.
+type EpochMovedError struct {
+	Expected, Epoch uint64
+	Members         []uint64
+}
+
+func (e *EpochMovedError) Error() string {
+	return fmt.Sprintf("vr: the group is at epoch %d (members %v), not at epoch %d as the reconfiguration expected: another change came first", e.Epoch, e.Members, e.Expected)
+}
+
+// Is makes errors.Is(err, ErrEpochMoved) true.
+func (e *EpochMovedError) Is(t error) bool { return t == ErrEpochMoved }
 
 // ReconfiguredError refuses a client op (or read) at a replica whose group
 // is moving, or has moved, to configuration Epoch with Members: retry the
@@ -206,16 +230,29 @@ func (r *Replica) checkMembers(members []uint64) error {
 	return nil
 }
 
-// Reconfigure asks the leader to move the group to a new member list (odd,
-// distinct, not the current set; the first member leads the new epoch's
-// view 0). The request is ordered as the epoch's last op: from now on the
-// leader refuses client ops with a ReconfiguredError. The host learns that
-// it committed from Ready.Membership; if a view change of the old epoch
-// loses it, the new leader takes ops again and the caller asks again.
-func (r *Replica) Reconfigure(now int64, members []uint64) error {
+// Reconfigure asks the leader to move the group from configuration epoch
+// (AnyEpoch: whatever it is) to a new member list (odd, distinct, not the
+// current set; the first member leads the new epoch's view 0). The request
+// is ordered as the epoch's last op: from now on the leader refuses client
+// ops with a ReconfiguredError. The host learns that it committed from
+// Ready.Membership; if a view change of the old epoch loses it, the new
+// leader takes ops again and the caller asks again.
+//
+// The epoch check is a compare-and-set, here and nowhere else: the entry
+// it admits moves epoch to epoch+1 (its ReqNum) and can commit only in
+// epoch (an epoch's entries after its reconfiguration are truncated, and a
+// replica of a later epoch refuses the old epoch's messages), and no second
+// reconfiguration is ordered while it is pending (canOrder). A leader that
+// is behind (the group moved on without it) orders an entry that cannot
+// commit. So a request planned against an older configuration never
+// undoes a change that came between (EpochMovedError).
+func (r *Replica) Reconfigure(now int64, epoch uint64, members []uint64) error {
 	r.observe(now)
 	if err := r.canOrder(); err != nil {
 		return err
+	}
+	if epoch != AnyEpoch && epoch != r.cfg.Epoch {
+		return &EpochMovedError{Expected: epoch, Epoch: r.cfg.Epoch, Members: slices.Clone(r.cfg.Members)}
 	}
 	if r.cfg.Nilext || r.cfg.FollowerReads {
 		return ErrReconfigUnsupported

@@ -223,7 +223,7 @@ func reconfigurer(s *sim.Sim, rc *reconfigSim, until time.Duration) {
 			for _, p := range perm[:size] {
 				ms = append(ms, replicaID(sim.Addr(p)))
 			}
-			if n.core.Reconfigure(n.now, ms) == nil {
+			if n.core.Reconfigure(n.now, AnyEpoch, ms) == nil {
 				rc.asked++
 			}
 			return

@@ -13,15 +13,15 @@ func TestReconfigureValidates(t *testing.T) {
 	n := newNet(t, 3)
 	r := n.rs[1]
 	for _, ms := range [][]uint64{nil, {1, 2}, {1, 2, 2}, {3, 2, 1}, {1, 2, 0}} {
-		if err := r.Reconfigure(n.now, ms); !errors.Is(err, ErrBadMembers) {
+		if err := r.Reconfigure(n.now, AnyEpoch, ms); !errors.Is(err, ErrBadMembers) {
 			t.Errorf("Reconfigure(%v) = %v, want ErrBadMembers", ms, err)
 		}
 	}
-	if err := n.rs[2].Reconfigure(n.now, []uint64{1, 2, 4}); !errors.Is(err, ErrNotLeader) {
+	if err := n.rs[2].Reconfigure(n.now, AnyEpoch, []uint64{1, 2, 4}); !errors.Is(err, ErrNotLeader) {
 		t.Errorf("at a follower: %v, want ErrNotLeader", err)
 	}
 	nx := newNetWith(t, 3, nilextOn)
-	if err := nx.rs[1].Reconfigure(nx.now, []uint64{1, 2, 4}); !errors.Is(err, ErrReconfigUnsupported) {
+	if err := nx.rs[1].Reconfigure(nx.now, AnyEpoch, []uint64{1, 2, 4}); !errors.Is(err, ErrReconfigUnsupported) {
 		t.Errorf("with nilext: %v, want ErrReconfigUnsupported", err)
 	}
 }
@@ -39,7 +39,7 @@ func TestReconfigurationRefusesOpsAndRestartsInTheNewEpoch(t *testing.T) {
 			persisted[id] = rd.Membership
 		}
 	}
-	if err := n.rs[1].Reconfigure(n.now, []uint64{2, 3, 4}); err != nil {
+	if err := n.rs[1].Reconfigure(n.now, AnyEpoch, []uint64{2, 3, 4}); err != nil {
 		t.Fatal(err)
 	}
 	err := n.propose(1, 7, 1, "x")
@@ -88,7 +88,7 @@ func TestReconfigurationRefusesOpsAndRestartsInTheNewEpoch(t *testing.T) {
 func TestQueuedReconfigurationGoesWithTheQueue(t *testing.T) {
 	n := newNet(t, 3)
 	r := n.rs[1]
-	if err := r.Reconfigure(n.now, []uint64{1, 2, 4}); err != nil {
+	if err := r.Reconfigure(n.now, AnyEpoch, []uint64{1, 2, 4}); err != nil {
 		t.Fatal(err)
 	}
 	r.stepDown() // what a view change does first
@@ -125,5 +125,33 @@ func TestRecoveredMemberJoinsWithoutASecondRecovery(t *testing.T) {
 	r.join()
 	if i := r.Info(); i.Status == Recovering {
 		t.Fatalf("a member that recovered in this life recovers again when it joins a later epoch: %+v", i)
+	}
+}
+
+// TestReconfigureComparesTheEpoch: a reconfiguration planned against an
+// older configuration is refused once another one has moved the group on
+// (EpochMovedError naming the current epoch and members), so it cannot
+// undo that change; one planned against the current epoch is ordered.
+func TestReconfigureComparesTheEpoch(t *testing.T) {
+	n := newNet(t, 3)
+	e := n.rs[1].Config().Epoch
+	if err := n.rs[1].Reconfigure(n.now, e+1, []uint64{1, 2, 4}); !errors.Is(err, ErrEpochMoved) {
+		t.Fatalf("expected epoch %d at epoch %d: %v, want ErrEpochMoved", e+1, e, err)
+	}
+	// Another change comes first: [1 2 3] -> [2 3 4].
+	if err := n.rs[1].Reconfigure(n.now, e, []uint64{2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	n.ready(1)
+	n.deliver(nil)
+	// The request planned against epoch e ([1 2 3] -> [1 2 5]) would put
+	// back node 1, which the change took out.
+	err := n.rs[2].Reconfigure(n.now, e, []uint64{1, 2, 5})
+	var em *EpochMovedError
+	if !errors.As(err, &em) || em.Expected != e || em.Epoch != e+1 || !slices.Equal(em.Members, []uint64{2, 3, 4}) {
+		t.Fatalf("a request planned against epoch %d at epoch %d: %v, want EpochMovedError", e, e+1, err)
+	}
+	if err := n.rs[2].Reconfigure(n.now, e+1, []uint64{2, 3, 5}); err != nil {
+		t.Fatalf("a request planned against the current epoch: %v", err)
 	}
 }

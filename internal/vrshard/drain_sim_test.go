@@ -44,7 +44,7 @@ import (
 // nor the dead spare), the production placement
 // (cluster.PlanReplacePlaced: each of N's groups takes the live node not in
 // it hosting the fewest replicas), each group's own configuration read
-// first (the command's placedMembers rule for a rerun), then the
+// first (the command's rebaseChange rule for a rerun), then the
 // reconfiguration and SETMEMBERS. The map also has a node that was added
 // and died (the dead spare: it hosts nothing, so placement would favour it
 // if it forgot the liveness answer); a group's new member is opened on its

@@ -85,9 +85,17 @@ func (r *Replica) SetAddrs(ms []kcluster.Member) error {
 
 var _ kcluster.Reconfigurable = hostedGroup{}
 
-// Reconfigure is Replica.Reconfigure in the cluster's words.
-func (g hostedGroup) Reconfigure(ctx context.Context, members []uint64) (kcluster.Membership, error) {
-	m, err := g.r.Reconfigure(ctx, members)
+// The cluster's AnyEpoch is VR's (a compile error if they part).
+var _ [0]struct{} = [kcluster.AnyEpoch - vr.AnyEpoch]struct{}{}
+
+// Reconfigure is Replica.Reconfigure in the cluster's words (epoch
+// kcluster.AnyEpoch is vr.AnyEpoch).
+func (g hostedGroup) Reconfigure(ctx context.Context, epoch uint64, members []uint64) (kcluster.Membership, error) {
+	m, err := g.r.Reconfigure(ctx, epoch, members)
+	var moved *vr.EpochMovedError
+	if errors.As(err, &moved) {
+		return kcluster.Membership{}, &kcluster.EpochMovedError{Expected: moved.Expected, Epoch: moved.Epoch, Members: moved.Members}
+	}
 	if err != nil {
 		return kcluster.Membership{}, err
 	}

@@ -52,7 +52,7 @@ func TestSetAddrsReachesANewMember(t *testing.T) {
 	if _, err := c.reps[stay].Write(ctx, set("x", "1"), level.Sync, shard.ReqID{}); !errors.As(err, &nl) || nl.Addr != "taught-leader" {
 		t.Fatalf("write at a follower: %v, want a redirect to taught-leader", err)
 	}
-	m, err := c.reps[l].Reconfigure(ctx, []uint64{c.ids[l], c.ids[stay], 4})
+	m, err := c.reps[l].Reconfigure(ctx, 1, []uint64{c.ids[l], c.ids[stay], 4})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -196,8 +196,18 @@ func (n *hostNode) onGroup(from sim.Addr, m moverReq) {
 		n.replyProgress(from, m.Seq, g) // shrink_sim_test.go
 		return
 	}
+	// EPOCH e: the server's reconfigEpoch (compare-and-set in the core).
+	epoch, rest := kcluster.AnyEpoch, args[4:]
+	if len(rest) >= 3 && strings.EqualFold(string(rest[0]), "EPOCH") {
+		e, err := strconv.ParseUint(string(rest[1]), 10, 64)
+		if err != nil {
+			fail("ERR KEFIR.GROUP RECONFIG: EPOCH %q is not a configuration epoch", rest[1])
+			return
+		}
+		epoch, rest = e, rest[2:]
+	}
 	var ids []uint64
-	for _, x := range args[4:] {
+	for _, x := range rest {
 		node, err := strconv.ParseUint(string(x), 10, 64)
 		a := -1
 		if err == nil && node >= 1 && node <= uint64(c.nodes) {
@@ -229,7 +239,7 @@ func (n *hostNode) onGroup(from sim.Addr, m moverReq) {
 	if i := slices.Index(ids, n.r.cfg.Self); i > 0 {
 		ids = append([]uint64{n.r.cfg.Self}, slices.Delete(ids, i, i+1)...)
 	}
-	n.reconfs = append(n.reconfs, hostReconf{from: from, seq: m.Seq, g: g, ids: ids, rc: n.r.ReconfigureStepped(ids)})
+	n.reconfs = append(n.reconfs, hostReconf{from: from, seq: m.Seq, g: g, ids: ids, rc: n.r.ReconfigureStepped(epoch, ids)})
 }
 
 // flushReconfs answers the reconfigurations that finished: the new
@@ -245,6 +255,15 @@ func (n *hostNode) flushReconfs() {
 			n.replySlots(x.from, x.seq, n.groupConfig(x.g, clusterMembership(m)))
 		case errors.Is(err, kcluster.ErrNotLeader):
 			n.replySlots(x.from, x.seq, errValue(err))
+		case errors.As(err, new(*vr.EpochMovedError)):
+			// The server's -EPOCHMOVED (hostedGroup.Reconfigure's error).
+			var moved *vr.EpochMovedError
+			errors.As(err, &moved)
+			var nodes []uint64 // the members as nodes, as groupConfig's
+			for _, id := range moved.Members {
+				nodes = append(nodes, uint64(n.cl.node[id-1]+1))
+			}
+			n.replySlots(x.from, x.seq, resp.Value{Kind: resp.Error, Str: []byte((&kcluster.EpochMovedError{Group: x.g, Expected: moved.Expected, Epoch: moved.Epoch, Members: nodes}).Error())})
 		default:
 			n.replySlots(x.from, x.seq, resp.Value{Kind: resp.Error, Str: fmt.Appendf(nil,
 				"ERR KEFIR.GROUP RECONFIG GROUP %d to %v: %v (KEFIR.GROUP CONFIG GROUP %d tells whether the group moved)", x.g, x.ids, err, x.g)})
@@ -392,8 +411,14 @@ func (r *replaceRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
 	}
 	g, ids, node, meta := r.cur.g, r.cur.ids, r.cur.node, r.cl.meta != nil
 	return mv, func(ctx context.Context, mv *kcluster.Mover) (any, error) {
+		// From the configuration the operator reads first (the
+		// command's compare-and-set: KEFIR.GROUP RECONFIG ... EPOCH).
+		cur, err := mv.GroupConfigOf(ctx, g)
+		if err != nil {
+			return nil, err
+		}
 		if !meta {
-			return mv.ReconfigureGroup(ctx, g, ids)
+			return mv.ReconfigureGroup(ctx, g, cur.Epoch, ids)
 		}
 		// With the metadata group (meta_sim_test.go), as kefir cluster
 		// replace-node on a cluster with a map: the new node recorded
@@ -403,7 +428,7 @@ func (r *replaceRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
 		if _, err := mv.AddNode(ctx, uint64(node+1), nodeAddr(node), fmt.Sprintf("peer%d", node)); err != nil {
 			return nil, err
 		}
-		gc, err := mv.ReconfigureGroup(ctx, g, ids)
+		gc, err := mv.ReconfigureGroup(ctx, g, cur.Epoch, ids)
 		if err != nil {
 			return nil, err
 		}

@@ -69,23 +69,25 @@ type reconfResult struct {
 // changes through its master).
 var ErrNoReconfig = errors.New("vrshard: this replica's core does not reconfigure")
 
-// Reconfigure asks the group, at its leader, to move to a new member list
-// (odd, distinct, not the current set; the first member leads the new
-// epoch's view 0) and returns the new configuration once this replica's
+// Reconfigure asks the group, at its leader, to move from configuration
+// epoch (vr.AnyEpoch: whatever it is) to a new member list (odd, distinct,
+// not the current set; the first member leads the new epoch's view 0) and
+// returns the new configuration once this replica's
 // record of it is durable. The core's refusals come back typed:
 // *NotLeaderError (with the leader's address when known), vr.ErrBadMembers,
 // vr.ErrReconfigUnsupported (nilext or follower reads), *vr.ReconfiguredError
-// (a reconfiguration is already under way), ErrBusy. If the leader loses its
+// (a reconfiguration is already under way), *vr.EpochMovedError (the group
+// is no longer at epoch: the core's compare-and-set), ErrBusy. If the leader loses its
 // view before the move commits the answer is ErrOutcomeUnknown: the request
 // may still commit under the next leader; ask Info().Epoch, or again.
 //
 // The caller starts a replica for every new member (Membership.Apply of the
 // result, an empty disk, no Bootstrap) and stops the leaving ones once
 // their Info().Retired.
-func (r *Replica) Reconfigure(ctx context.Context, members []uint64) (vr.Membership, error) {
+func (r *Replica) Reconfigure(ctx context.Context, epoch uint64, members []uint64) (vr.Membership, error) {
 	done := make(chan reconfResult, 1)
 	members = slices.Clone(members)
-	call := func() { r.reconfigure(members, done) }
+	call := func() { r.reconfigure(epoch, members, done) }
 	select {
 	case r.ctlc <- call:
 	case <-ctx.Done():
@@ -113,12 +115,12 @@ func (r *Replica) Reconfigure(ctx context.Context, members []uint64) (vr.Members
 // the leader loses its view (lostLead); a refusal answers it at once.
 // Reconfigure runs it on the driver goroutine, ReconfigureStepped on the
 // caller's (stepped mode): one path.
-func (r *Replica) reconfigure(members []uint64, done chan reconfResult) {
+func (r *Replica) reconfigure(epoch uint64, members []uint64, done chan reconfResult) {
 	if r.rc.vrc == nil {
 		done <- reconfResult{err: ErrNoReconfig}
 		return
 	}
-	if err := r.rc.vrc.Replica.Reconfigure(r.now(), members); err != nil {
+	if err := r.rc.vrc.Replica.Reconfigure(r.now(), epoch, members); err != nil {
 		done <- reconfResult{err: r.reconfigErr(members, err)}
 		return
 	}
@@ -129,12 +131,12 @@ func (r *Replica) reconfigure(members []uint64, done chan reconfResult) {
 // request goes to the core on the caller's goroutine, as the driver would
 // run it, and the caller polls the result (SteppedReconfig.Done) after its
 // later steps. A stepped replica that failed answers its error.
-func (r *Replica) ReconfigureStepped(members []uint64) *SteppedReconfig {
+func (r *Replica) ReconfigureStepped(epoch uint64, members []uint64) *SteppedReconfig {
 	done := make(chan reconfResult, 1)
 	if err := r.failed(); err != nil {
 		done <- reconfResult{err: err}
 	} else {
-		r.reconfigure(slices.Clone(members), done)
+		r.reconfigure(epoch, slices.Clone(members), done)
 		r.afterStep()
 	}
 	return &SteppedReconfig{r: r, done: done}

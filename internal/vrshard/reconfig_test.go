@@ -81,7 +81,7 @@ func TestReconfiguredReplicaRestartsInItsEpoch(t *testing.T) {
 	self := c.ids[l]
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m, err := c.reps[l].Reconfigure(ctx, []uint64{self})
+	m, err := c.reps[l].Reconfigure(ctx, 1, []uint64{self})
 	if err != nil {
 		t.Fatalf("reconfigure to {%d}: %v", self, err)
 	}
@@ -91,8 +91,14 @@ func TestReconfiguredReplicaRestartsInItsEpoch(t *testing.T) {
 	if got, ok := c.reps[l].Membership(); !ok || !reflect.DeepEqual(got, m) {
 		t.Fatalf("Membership() = %+v, %v; want %+v", got, ok, m)
 	}
-	if _, err := c.reps[l].Reconfigure(ctx, []uint64{self}); !errors.Is(err, vr.ErrBadMembers) {
+	if _, err := c.reps[l].Reconfigure(ctx, 2, []uint64{self}); !errors.Is(err, vr.ErrBadMembers) {
 		t.Fatalf("reconfigure to the current set: %v, want vr.ErrBadMembers", err)
+	}
+	// Planned against epoch 1, which the change above ended: refused,
+	// typed, naming where the group is.
+	var moved *vr.EpochMovedError
+	if _, err := c.reps[l].Reconfigure(ctx, 1, []uint64{self, 7, 8}); !errors.As(err, &moved) || moved.Epoch != 2 || !reflect.DeepEqual(moved.Members, []uint64{self}) {
+		t.Fatalf("reconfigure from epoch 1 at epoch 2: %v, want a vr.EpochMovedError", err)
 	}
 	for i := range c.reps {
 		if i == l {
@@ -160,12 +166,12 @@ func TestReplaceAMemberWithAFreshOne(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	members := []uint64{c.ids[l], c.ids[stay], 4}
-	m, err := c.reps[l].Reconfigure(ctx, members)
+	m, err := c.reps[l].Reconfigure(ctx, 1, members)
 	if err != nil {
 		t.Fatalf("reconfigure to %v: %v", members, err)
 	}
 	wg.Wait()
-	if _, err := c.reps[stay].Reconfigure(ctx, []uint64{1}); !errors.As(err, new(*NotLeaderError)) {
+	if _, err := c.reps[stay].Reconfigure(ctx, vr.AnyEpoch, []uint64{1}); !errors.As(err, new(*NotLeaderError)) {
 		t.Fatalf("reconfigure at a follower: %v, want a NotLeaderError", err)
 	}
 

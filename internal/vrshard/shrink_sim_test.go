@@ -215,12 +215,16 @@ func (r *shrinkRun) removeNodes(ctx context.Context, mv *kcluster.Mover) error {
 // the group made this change already: a rerun), reconfigure, record the
 // members in the map, and open the new members on their nodes.
 func (r *shrinkRun) change(ctx context.Context, mv *kcluster.Mover, ch kcluster.GroupChange, leaving []uint64) error {
-	if cur, err := mv.GroupConfigOf(ctx, ch.Group); err == nil && !kcluster.SameIDs(cur.Members, ch.Members) {
+	cur, err := mv.GroupConfigOf(ctx, ch.Group)
+	if err != nil {
+		return err
+	}
+	if !kcluster.SameIDs(cur.Members, ch.Members) {
 		if err := mv.WaitCaughtUp(ctx, ch.Group, cur.Members, cur.Previous, leaving, 2*time.Second, nil); err != nil {
 			return err
 		}
 	}
-	gc, err := mv.ReconfigureGroup(ctx, ch.Group, ch.Members)
+	gc, err := mv.ReconfigureGroup(ctx, ch.Group, cur.Epoch, ch.Members)
 	if err != nil {
 		return err
 	}
@@ -261,7 +265,11 @@ func (r *shrinkRun) resync(ctx context.Context, mv *kcluster.Mover, cm *kv.Clust
 	if kcluster.SameIDs(have, want) {
 		return nil
 	}
-	gc, err := mv.ReconfigureGroup(ctx, g, want)
+	cur, err := mv.GroupConfigOf(ctx, g)
+	if err != nil {
+		return err
+	}
+	gc, err := mv.ReconfigureGroup(ctx, g, cur.Epoch, want)
 	if err != nil {
 		return err
 	}

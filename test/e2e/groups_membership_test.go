@@ -166,7 +166,7 @@ func TestGroupsReplaceAFailedNode(t *testing.T) {
 	// itself, and node 5, running, joins group 2 when the map names it.
 	mv := &kcluster.Mover{Seeds: live}
 	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
-	res, err := mv.ReconfigureGroup(rctx, 2, []uint64{3, 5, 1})
+	res, err := mv.ReconfigureGroup(rctx, 2, 0, []uint64{3, 5, 1})
 	rcancel()
 	mv.Close()
 	if err != nil || res.Epoch != 1 {
@@ -265,13 +265,15 @@ func TestGroupsReplaceAFailedNode(t *testing.T) {
 }
 
 // remove-node in a cluster of several groups: nodes 4 and 5, members of
-// group 1 (five members) only, are removed together; group 1 goes on with
-// three, the map records it, nodes 4 and 5, left with no replica, retire
-// and exit 0, and the map's node list drops them. Removing one node of a
-// group of three is refused
-// before anything changes.
+// group 1 (five members) and group 2 ([3 4 5]), are removed together,
+// first from group 1 alone (--group 1: the map keeps them, as they still
+// host group 2, said so, exit 0), then from the rest; group 1 goes on with
+// three, group 2 with one, the map records it, nodes 4 and 5, left with no
+// replica, retire and exit 0, and the map's node list drops them. Removing
+// one node of a group of five, leaving four, is refused before anything
+// changes.
 func TestGroupsRemoveNodes(t *testing.T) {
-	g := cluster.StartGroups(t, 5, "1=1,2,3,4,5:0-8191;2=3,1,2:8192-16383")
+	g := cluster.StartGroups(t, 5, "1=1,2,3,4,5:0-8191;2=3,4,5:8192-16383")
 	g.WaitLeaders(20 * time.Second)
 	addr := "--addr=" + g.Nodes[0].ClientAddr
 	var cm0 *kv.ClusterMap
@@ -282,8 +284,15 @@ func TestGroupsRemoveNodes(t *testing.T) {
 	if out, err := kefirCluster(t, "remove-node", addr, "--id", "3"); err == nil || !strings.Contains(out, "would leave group 1 with 4 members") || !strings.Contains(out, "nothing changed") {
 		t.Fatalf("remove-node --id 3: %v\n%s", err, out)
 	}
-	out, err := kefirCluster(t, "remove-node", addr, "--id", "4,5")
-	if err != nil || !reconfiguredTo(out, 1, 1, 1, 2, 3) || strings.Contains(out, "group 2 is") ||
+	// Out of group 1 only: nodes 4 and 5 still host group 2, so the map
+	// keeps them — said so, and the group's removal done (exit 0).
+	out, err := kefirCluster(t, "remove-node", addr, "--id", "4,5", "--group", "1")
+	if err != nil || !reconfiguredTo(out, 1, 1, 1, 2, 3) || strings.Contains(out, "group 2 is") || strings.Contains(out, "out of the map") ||
+		!strings.Contains(out, "node 4 still hosts group 2: the map keeps it") || !strings.Contains(out, "node 5 still hosts group 2") || strings.Contains(out, "again later") {
+		t.Fatalf("remove-node --id 4,5 --group 1: %v\n%s", err, out)
+	}
+	out, err = kefirCluster(t, "remove-node", addr, "--id", "4,5")
+	if err != nil || !reconfiguredTo(out, 2, 1, 3) || strings.Contains(out, "group 1 is") ||
 		!strings.Contains(out, "node 4 is out of the map") || !strings.Contains(out, "node 5 is out of the map") {
 		t.Fatalf("remove-node --id 4,5: %v\n%s", err, out)
 	}
@@ -292,8 +301,8 @@ func TestGroupsRemoveNodes(t *testing.T) {
 			t.Fatalf("%s after its removal: exit %d, want 0 with the retirement:\n%s", n.ID, code, n.Logs())
 		}
 	}
-	// The group's change, then each node out of the map's node list.
-	if cm := localMap(g.Nodes[1].ClientAddr); cm == nil || cm.Epoch != e0+3 || !slices.Equal(cm.Groups[0].Members, []uint64{1, 2, 3}) || cm.Groups[0].MemberEpoch != 1 ||
+	// The groups' changes, then each node out of the map's node list.
+	if cm := localMap(g.Nodes[1].ClientAddr); cm == nil || cm.Epoch != e0+4 || !slices.Equal(cm.Groups[0].Members, []uint64{1, 2, 3}) || cm.Groups[0].MemberEpoch != 1 ||
 		!slices.Equal(cm.NodeIDs(), []uint64{1, 2, 3}) {
 		t.Fatalf("the map after the removal: %+v", cm)
 	}
