@@ -87,7 +87,7 @@ type metaState struct {
 	// the long polls held at the leader (WaitMetaMap) wait on it.
 	changed chan struct{}
 	resume  resumer
-	repair  repairer
+	repair  Repairer
 }
 
 // smap is the map this node routes by when no hosted table knows better.
@@ -343,6 +343,10 @@ func (m *Multi) FollowMap(ctx context.Context, cfg FollowConfig) {
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
+	rep := &m.meta.repair
+	rep.mu.Lock()
+	rep.After, rep.Net, rep.Logf = cfg.RepairAfter, &Mover{Seeds: cfg.Seeds, Password: cfg.Password, TLS: cfg.TLS}, cfg.Logf
+	rep.mu.Unlock()
 	// A node without a replica polls the leader every ten ticks; one may
 	// start hosting a replica (a new member) or stop (it retired).
 	var pl poller
@@ -351,8 +355,8 @@ func (m *Multi) FollowMap(ctx context.Context, cfg FollowConfig) {
 		select {
 		case <-ctx.Done():
 			m.meta.resume.wait()
-			m.meta.repair.lost()
-			m.meta.repair.wait()
+			rep.Lost()
+			rep.Wait()
 			return
 		case <-t.C:
 		}
@@ -369,7 +373,7 @@ func (m *Multi) FollowMap(ctx context.Context, cfg FollowConfig) {
 			cfg.Logf("metadata: %v", err)
 		}
 		if !m.MetaLeads() {
-			m.meta.repair.lost()
+			rep.Lost()
 			continue
 		}
 		cm := m.ClusterMap()
@@ -384,7 +388,7 @@ func (m *Multi) FollowMap(ctx context.Context, cfg FollowConfig) {
 		}
 		if cm != nil {
 			m.meta.resume.tick(ctx, m, cm, cfg)
-			m.meta.repair.tick(ctx, cm, cfg)
+			rep.Tick(ctx, cm)
 		}
 	}
 }

@@ -101,6 +101,9 @@ type RepairMutations struct {
 	// Concurrent: the leader starts a due repair while another runs (two
 	// repairers of one node).
 	Concurrent bool
+	// IgnoresDeposition: losing the leadership does not cancel the repair
+	// in hand (a deposed leader's repair goes on beside the new one's).
+	IgnoresDeposition bool
 }
 
 // RepairMut is the process's RepairMutations (tests only; read under
@@ -227,23 +230,48 @@ func (w *RepairWatch) Due(now time.Time, cm *kv.ClusterMap, after time.Duration)
 	return RepairDecision{}, false, stuck
 }
 
-// repairer runs RepairWatch at the metadata group's leader (FollowMap's
+// Repairer runs RepairWatch at the metadata group's leader (FollowMap's
 // leader tick): a probe round of every node of the map every probeEvery,
 // and a due repair run by NodeChange, one at a time, cancelled when the
 // node stops leading (the next leader's watch starts afresh and gives every
-// node a whole --repair-after before it repairs).
-type repairer struct {
+// node a whole --repair-after before it repairs). One copy for the node and
+// the move simulation (internal/vrshard, TestMoveSimPlaced/repair): the
+// node's time, its probe, its network and the way its jobs run beside the
+// caller's loop are injected (Net, Probe, Go), so the simulation runs this
+// policy — the probe rounds, the one-repair rule, the cancel on deposition
+// — on its clock and network, in lockstep, as it runs the Mover.
+type Repairer struct {
+	// After is --repair-after (0: no repair).
+	After time.Duration
+	// Net is how the repairer reaches the cluster: each probe round and
+	// repair gets a Mover with its Seeds, Password, TLS, Transport and
+	// Clock (like). Its Clock is also the repairer's time (nil: the real
+	// clock). nil: a Mover without seeds (a probe needs none).
+	Net *Mover
+	// Probe asks every node of cm whether it answers (nil: LiveNodes, a
+	// PING to each at once; the simulation: a PING over its network).
+	Probe func(ctx context.Context, mv *Mover, cm *kv.ClusterMap) map[uint64]bool
+	// Go runs job, named what ("probe", "repair of node N"), beside the
+	// caller (nil: a goroutine given ctx and mv). The simulation runs it
+	// as a coroutine in lockstep with its scheduler, with the coroutine's
+	// own context, and its Transport and Clock put on mv.
+	Go func(ctx context.Context, what string, mv *Mover, job func(ctx context.Context, mv *Mover))
+	// Exec runs a due repair through mv, a Mover to the metadata group
+	// (nil: Repair, as replace-node --old does; tests stand in for the
+	// cluster).
+	Exec func(ctx context.Context, mv *Mover, cm *kv.ClusterMap, d RepairDecision) error
+	// Logf says what the repairer does (nil: nothing).
+	Logf func(format string, args ...any)
+
 	mu        sync.Mutex
 	watch     RepairWatch
 	probing   bool
 	lastProbe time.Time
-	gen       int // raised by lost: a probe round of an earlier term is dropped
+	gen       int // raised by Lost: a job of an earlier term is dropped
 	running   bool
 	cancel    context.CancelFunc
 	logged    map[string]bool // stuck decisions said once each
 	wg        sync.WaitGroup
-	// exec runs a due repair (nil: run; tests stand in for the cluster).
-	exec func(ctx context.Context, cm *kv.ClusterMap, cfg FollowConfig, d RepairDecision, logf func(string, ...any)) error
 }
 
 // probeEvery is how often the repairer pings every node: a tenth of
@@ -252,12 +280,49 @@ func probeEvery(after time.Duration) time.Duration {
 	return min(max(after/10, 500*time.Millisecond), 5*time.Second)
 }
 
-// lost is told that this node does not lead the metadata group: the watch
+// like is a Mover with mv's credentials, transport and clock (nil mv: the
+// defaults), to seeds.
+func (mv *Mover) like(seeds []string, retryFor time.Duration) *Mover {
+	if mv == nil {
+		return &Mover{Seeds: seeds, RetryFor: retryFor}
+	}
+	return &Mover{Seeds: seeds, Password: mv.Password, TLS: mv.TLS, RetryFor: retryFor, Transport: mv.Transport, Clock: mv.Clock}
+}
+
+func (r *Repairer) now() time.Time { return r.Net.clockOrReal().Now() }
+
+func (mv *Mover) clockOrReal() MoverClock {
+	if mv == nil {
+		return realClock{}
+	}
+	return mv.clock()
+}
+
+func (r *Repairer) logf(format string, a ...any) {
+	if r.Logf != nil {
+		r.Logf(format, a...)
+	}
+}
+
+// spawn runs job beside the caller (Go). Under r.mu.
+func (r *Repairer) spawn(ctx context.Context, what string, mv *Mover, job func(context.Context, *Mover)) {
+	if r.Go != nil {
+		r.Go(ctx, what, mv, job)
+		return
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		job(ctx, mv)
+	}()
+}
+
+// Lost is told that this node does not lead the metadata group: the watch
 // is forgotten and a repair in hand cancelled.
-func (r *repairer) lost() {
+func (r *Repairer) Lost() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.cancel != nil {
+	if r.cancel != nil && !(mutation.On && RepairMut.IgnoresDeposition) {
 		r.cancel()
 		r.cancel = nil
 	}
@@ -267,37 +332,42 @@ func (r *repairer) lost() {
 	r.gen++
 }
 
-func (r *repairer) tick(ctx context.Context, cm *kv.ClusterMap, cfg FollowConfig) {
-	after := cfg.RepairAfter
+// Tick is the leader's tick with cm, the map its replica applied: a probe
+// round started if one is due, and a due repair started if none runs.
+func (r *Repairer) Tick(ctx context.Context, cm *kv.ClusterMap) {
+	after := r.After
 	if after <= 0 {
 		return
 	}
-	logf := cfg.Logf
-	if logf == nil {
-		logf = func(string, ...any) {}
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := time.Now()
+	now := r.now()
 	if !r.probing && now.Sub(r.lastProbe) >= probeEvery(after) {
 		r.probing, r.lastProbe = true, now
 		gen := r.gen
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			probe := &Mover{Password: cfg.Password, TLS: cfg.TLS}
-			live := LiveNodes(ctx, probe, cm, 0)
+		var seeds []string
+		if r.Net != nil {
+			seeds = r.Net.Seeds
+		}
+		r.spawn(ctx, "probe", r.Net.like(seeds, 0), func(ctx context.Context, mv *Mover) {
+			probe := r.Probe
+			if probe == nil {
+				probe = func(ctx context.Context, mv *Mover, cm *kv.ClusterMap) map[uint64]bool {
+					return LiveNodes(ctx, mv, cm, 0)
+				}
+			}
+			live := probe(ctx, mv, cm)
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			r.probing = false
-			if r.gen != gen { // lost() meanwhile: a stale round
+			if r.gen != gen { // Lost meanwhile: a stale round
 				return
 			}
-			at := time.Now()
+			at := r.now()
 			for _, n := range cm.Nodes {
 				r.watch.Observe(at, n.ID, live[n.ID])
 			}
-		}()
+		})
 	}
 	if r.running && !(mutation.On && RepairMut.Concurrent) {
 		return
@@ -310,49 +380,62 @@ func (r *repairer) tick(ctx context.Context, cm *kv.ClusterMap, cfg FollowConfig
 				r.logged = map[string]bool{}
 			}
 			r.logged[msg] = true
-			logf("metadata: repair: %s", msg)
+			r.logf("metadata: repair: %s", msg)
 		}
 	}
 	if !due {
 		return
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	r.running, r.cancel = true, cancel
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
+	r.running = true
+	gen := r.gen
+	var seeds []string
+	if r.Net != nil {
+		seeds = r.Net.Seeds
+	}
+	r.spawn(ctx, fmt.Sprintf("repair of node %d", d.Node), r.Net.like(seeds, 30*time.Second), func(ctx context.Context, mv *Mover) {
+		rctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		exec := r.exec
-		if exec == nil {
-			exec = r.run
+		r.mu.Lock()
+		if r.gen != gen && !(mutation.On && RepairMut.IgnoresDeposition) {
+			// Lost before it started: cancelled before its first step.
+			r.running = false
+			r.mu.Unlock()
+			return
 		}
-		err := exec(rctx, cm, cfg, d, logf)
+		r.cancel = cancel
+		r.mu.Unlock()
+		exec := r.Exec
+		if exec == nil {
+			exec = r.Repair
+		}
+		err := exec(rctx, mv, cm, d)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.running = false
 		if err != nil {
-			logf("metadata: repair of node %d: %v (tried again in %v)", d.Node, err, after)
-			r.watch.Failed(time.Now(), d.Node, after)
+			r.logf("metadata: repair of node %d: %v (tried again in %v)", d.Node, err, after)
+			r.watch.Failed(r.now(), d.Node, after)
 		}
-	}()
+	})
 }
 
-// run re-creates d.Node's replicas by d.Plan, as replace-node --old does.
-func (r *repairer) run(ctx context.Context, cm *kv.ClusterMap, cfg FollowConfig, d RepairDecision, logf func(string, ...any)) error {
+// Repair re-creates d.Node's replicas by d.Plan (made against cm), as
+// replace-node --old does, through mv (to the metadata group).
+func (r *Repairer) Repair(ctx context.Context, mv *Mover, cm *kv.ClusterMap, d RepairDecision) error {
 	for _, ch := range d.Plan {
-		logf("metadata: repair: node %d has not answered for %v: placing its replica of %s on node %d", d.Node, cfg.RepairAfter, GroupName(ch.Group), PlacedOn(cm, ch, d.Node))
+		r.logf("metadata: repair: node %d has not answered for %v: placing its replica of %s on node %d", d.Node, r.After, GroupName(ch.Group), PlacedOn(cm, ch, d.Node))
 	}
 	for _, s := range d.Skipped {
-		logf("metadata: repair: node %d: not repairing %s", d.Node, s)
+		r.logf("metadata: repair: node %d: not repairing %s", d.Node, s)
 	}
-	mv := &Mover{Seeds: cfg.Seeds, Password: cfg.Password, TLS: cfg.TLS, RetryFor: 30 * time.Second}
 	defer mv.Close()
 	nc := &NodeChange{Cmd: fmt.Sprintf("repair of node %d", d.Node), Meta: mv, Old: d.Node, Replace: true, Leaving: []uint64{d.Node}, CatchUp: CaughtUpWait,
-		Logf: func(format string, a ...any) { logf("metadata: repair: "+format, a...) },
+		Logf: func(format string, a ...any) { r.logf("metadata: repair: "+format, a...) },
 		Done: func(s StepDone) {
-			logf("metadata: repair: node %d's replica of %s re-created: members %v (map epoch %d)", d.Node, GroupName(GroupID(s.Group)), s.Members, s.MapEpoch)
+			r.logf("metadata: repair: node %d's replica of %s re-created: members %v (map epoch %d)", d.Node, GroupName(GroupID(s.Group)), s.Members, s.MapEpoch)
 		}}
 	return nc.Run(ctx, cm, d.Plan)
 }
 
-func (r *repairer) wait() { r.wg.Wait() }
+// Wait returns once every job the repairer started (Go nil) returned.
+func (r *Repairer) Wait() { r.wg.Wait() }

@@ -202,14 +202,14 @@ func checkRepairChainQuorum() error {
 // The cluster is stood in for (exec): the decision is the watch's.
 func checkRepairerOneAtATime() error {
 	cm := repairMap(kv.MapGroup{ID: 1, Members: []uint64{1, 2, 4}}, kv.MapGroup{ID: 2, Members: []uint64{4, 3, 1}})
-	var r repairer
+	var r Repairer
 	var mu sync.Mutex
 	running, most := 0, 0
 	started := make(chan uint64, 8)
 	// release ends every repair still running when the check fails (with
 	// two at once, lost cancels only the one it knows).
 	release := make(chan struct{})
-	r.exec = func(ctx context.Context, _ *kv.ClusterMap, _ FollowConfig, d RepairDecision, _ func(string, ...any)) error {
+	r.Exec = func(ctx context.Context, _ *Mover, _ *kv.ClusterMap, d RepairDecision) error {
 		mu.Lock()
 		running++
 		most = max(most, running)
@@ -229,9 +229,9 @@ func checkRepairerOneAtATime() error {
 	probe(&r.watch, now.Add(-time.Hour), cm)
 	probe(&r.watch, now, cm, 4)
 	r.probing = true
-	cfg := FollowConfig{RepairAfter: time.Minute}
+	r.After = time.Minute
 	for range 3 {
-		r.tick(context.Background(), cm, cfg)
+		r.Tick(context.Background(), cm)
 	}
 	select {
 	case n := <-started:
@@ -247,13 +247,13 @@ func checkRepairerOneAtATime() error {
 	mu.Unlock()
 	if n != 1 {
 		close(release)
-		r.lost()
-		r.wait()
+		r.Lost()
+		r.Wait()
 		return fmt.Errorf("%d repairs ran at once", n)
 	}
-	r.lost()
+	r.Lost()
 	waited := make(chan struct{})
-	go func() { r.wait(); close(waited) }()
+	go func() { r.Wait(); close(waited) }()
 	select {
 	case <-waited: // the repair in hand returned: cancelled
 	case <-time.After(5 * time.Second):
@@ -261,12 +261,12 @@ func checkRepairerOneAtATime() error {
 		<-waited
 		return errors.New("the repair in hand was not cancelled when the leadership was lost")
 	}
-	r.tick(context.Background(), cm, cfg)
+	r.Tick(context.Background(), cm)
 	select {
 	case <-started:
 		close(release)
-		r.lost()
-		r.wait()
+		r.Lost()
+		r.Wait()
 		return errors.New("a repair started right after the leadership was lost and found again (the watch was not forgotten)")
 	case <-time.After(50 * time.Millisecond):
 	}
@@ -302,6 +302,7 @@ func TestRepairWatchMutationsCaught(t *testing.T) {
 		{"IgnoresAfter", &RepairMut.IgnoresAfter, checkRepairAfter},
 		{"IgnoresQuorum", &RepairMut.IgnoresQuorum, checkRepairQuorum},
 		{"Concurrent", &RepairMut.Concurrent, checkRepairerOneAtATime},
+		{"IgnoresDeposition", &RepairMut.IgnoresDeposition, checkRepairerOneAtATime},
 	} {
 		*c.set = true
 		err := c.check()

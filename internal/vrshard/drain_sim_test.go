@@ -2,7 +2,6 @@ package vrshard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -52,23 +51,15 @@ import (
 // of N's groups at three members on three distinct nodes, every one up.
 //
 // Repaired (moveOptions.repair, with placed): the same death, and nobody
-// runs a command: the coroutine is the metadata leader's repairer. From
-// the start it reads the map every 100 ms, records each node's answer to
-// a probe (the simulation's PING, live) in the production
-// cluster.RepairWatch on the simulation's clock, and once N has been
-// silent for simRepairAfter runs the watch's plan (PlanReplacePlaced)
-// with the production loop, cluster.NodeChange, as the command does.
+// runs a command: the metadata group's nodes run the production
+// cluster.Repairer on the simulation's clock and network, and the leader's
+// re-creates N's groups once N has been silent for simRepairAfter
+// (repairSim, repair_sim_test.go), with placedRun.
 //
 // Every form runs the command's loop, cluster.NodeChange (placedRun,
 // explicitJob): the groups' reconfigurations, SETMEMBERS, the catch-up
 // wait and the placed rerun rule are production's; the simulation only
 // opens each new member where its group's answer names it (joined).
-
-// simRepairAfter is the repairer's --repair-after in the simulation.
-const simRepairAfter = 500 * time.Millisecond
-
-// errRepairNotDue: the repairer's watch has nothing to do yet.
-var errRepairNotDue = errors.New("no repair due")
 
 // drainRun is the operator of a node's drain.
 type drainRun struct {
@@ -80,10 +71,9 @@ type drainRun struct {
 	// added to the map that never runs.
 	old, nw int
 	placed  bool
-	// repair: moveOptions.repair; watch: the repairer's decision (its
-	// coroutine's only).
+	// repair: moveOptions.repair (the metadata leaders' repairers run it:
+	// repairSim, repair_sim_test.go; this operator is idle).
 	repair   bool
-	watch    kcluster.RepairWatch
 	dead     int
 	spare    map[kcluster.GroupID]int
 	due      bool
@@ -114,7 +104,7 @@ func newDrain(c *simCluster, placed, repair bool) *drainRun {
 	c.addSpares(len(gs), true)
 	// The repairer watches from the start (its watch must see the node
 	// answer first).
-	d := &drainRun{cl: c, old: old, nw: c.nodes - 1, spare: map[kcluster.GroupID]int{}, placed: placed, repair: repair, due: repair, dead: -1}
+	d := &drainRun{cl: c, old: old, nw: c.nodes - 1, spare: map[kcluster.GroupID]int{}, placed: placed, repair: repair, dead: -1}
 	if placed {
 		if slices.Contains(gs, kcluster.MetaGroupID) {
 			panic("drainRun: a placed drain of a metadata member (a scale cluster's last node is none)")
@@ -188,32 +178,6 @@ func (d *drainRun) placedJob(ctx context.Context, mv *kcluster.Mover) (any, erro
 	return plan, d.placedRun(ctx, mv, cm, plan)
 }
 
-// repairJob is a round of the metadata leader's repairer: the map, every
-// node's probe (live) recorded in the watch, its decision, and a due
-// plan run as the command runs it (placedRun).
-func (d *drainRun) repairJob(ctx context.Context, mv *kcluster.Mover) (any, error) {
-	cm, err := mv.MetaMap(ctx)
-	if err != nil {
-		return nil, err
-	}
-	now, old := mv.Clock.Now(), uint64(d.old+1)
-	for _, n := range cm.Nodes {
-		d.watch.Observe(now, n.ID, d.cl.live(n.ID))
-	}
-	dec, ok, stuck := d.watch.Due(now, cm, simRepairAfter)
-	if !ok && len(stuck) == 0 {
-		return nil, errRepairNotDue
-	}
-	if !ok || dec.Node != old || len(dec.Skipped) > 0 {
-		// A node of the map that is down for a while (a whole-node crash
-		// of the nemesis, every replica down) may be due too; only N
-		// is lost for good, and N's groups never lose a majority.
-		return nil, fmt.Errorf("the repairer's decision: %+v (stuck: %+v), want node %d's groups", dec, stuck, old)
-	}
-	d.log = append(d.log, fmt.Sprintf("%v: the repairer re-creates node %d's replicas", d.s.Now(), old))
-	return dec.Plan, d.placedRun(ctx, mv, cm, dec.Plan)
-}
-
 // placedRun runs a placed plan of N's groups (made against cm) with the
 // command's loop: before it, each group's spare address is put on the node
 // the plan chose for it, unless the group's own configuration no longer
@@ -243,7 +207,7 @@ func (d *drainRun) nodeChange(mv *kcluster.Mover, news []kcluster.Member) *kclus
 }
 
 func (d *drainRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
-	if !d.due || d.running || d.finished || now < d.nextAt {
+	if d.repair || !d.due || d.running || d.finished || now < d.nextAt {
 		return nil, nil
 	}
 	d.running = true
@@ -251,10 +215,7 @@ func (d *drainRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
 	for k := range d.cl.seeds {
 		mv.Seeds = append(mv.Seeds, nodeAddr(k))
 	}
-	switch {
-	case d.repair:
-		return mv, d.repairJob
-	case d.placed:
+	if d.placed {
 		return mv, d.placedJob
 	}
 	return mv, d.explicitJob
@@ -320,10 +281,6 @@ func (d *drainRun) afterStep(string) bool   { return false }
 
 func (d *drainRun) done(now time.Duration, _ any, err error) {
 	d.running = false
-	if errors.Is(err, errRepairNotDue) {
-		d.nextAt = now + 100*time.Millisecond // the repairer's next round
-		return
-	}
 	if err != nil {
 		d.reruns++
 		d.lastErr = err

@@ -428,6 +428,10 @@ func (n *hostNode) onSlots(from sim.Addr, m moverReq) {
 		return // a duplicate the network made (TCP makes none)
 	}
 	n.seen[k] = true
+	if len(m.Args) == 1 && strings.EqualFold(string(m.Args[0]), "PING") {
+		n.replySlots(from, m.Seq, resp.Value{Kind: resp.Simple, Str: []byte("PONG")})
+		return
+	}
 	if len(m.Args) > 0 && strings.EqualFold(string(m.Args[0]), "KEFIR.GROUP") {
 		n.onGroup(from, m) // memb_sim_test.go
 		return
@@ -761,7 +765,8 @@ type moverPlan interface {
 type moverNode struct {
 	run     moverPlan
 	cl      *simCluster
-	now     int64 // the node's clock at the current event
+	addr    sim.Addr // its address in the simulator
+	now     int64    // the node's clock at the current event
 	started bool
 	t0      int64 // the node's clock at its first event
 	co      *moverCo
@@ -854,7 +859,9 @@ func (n *moverNode) drive(w moverWake) {
 				continue
 			}
 			n.seq++
-			n.out.Messages = append(n.out.Messages, sim.Envelope{To: n.cl.addrOf(c.addr, c.args), Msg: moverReq{Seq: n.seq, Args: c.args}})
+			if to := n.cl.addrOf(c.addr, c.args); to >= 0 { // -1: nobody answers (its timeout)
+				n.out.Messages = append(n.out.Messages, sim.Envelope{To: to, Msg: moverReq{Seq: n.seq, Args: c.args}})
+			}
 			n.waiting, n.deadline = true, n.now+int64(moverTimeout)
 			return
 		case callSleep:
@@ -1263,6 +1270,19 @@ func (r *moveRun) nodeCrashes() {
 func (c *simCluster) addrOf(addr string, args [][]byte) sim.Addr {
 	k, _ := strconv.Atoi(strings.TrimPrefix(addr, "node"))
 	k %= c.nodes
+	if len(args) == 1 && strings.EqualFold(string(args[0]), "PING") {
+		// Any replica of the node that is up answers for its process
+		// (the repairers' probe, repair_sim_test.go); a node dead for
+		// good, hosting nothing or with every replica down does not.
+		if !c.dead[k] {
+			for _, a := range c.hosted[k] {
+				if c.s.Up(a) {
+					return sim.Addr(a)
+				}
+			}
+		}
+		return -1
+	}
 	metaCmd := len(args) > 1 && strings.EqualFold(string(args[1]), "META") ||
 		len(args) > 3 && strings.EqualFold(string(args[0]), "KEFIR.GROUP") && string(args[3]) == strconv.Itoa(int(kcluster.MetaGroupID))
 	if metaCmd && c.meta != nil {
@@ -1434,6 +1454,19 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		drainer = &moverNode{run: drain, cl: cl}
 		movers++
 	}
+	// The metadata group's nodes' repairers: a pool of coroutines.
+	var repairs *repairSim
+	defer func() {
+		if repairs != nil {
+			for _, sl := range repairs.slots {
+				sl.stop()
+			}
+		}
+	}()
+	if o.repair {
+		repairs = newRepairSim(cl, drain)
+		movers += len(repairs.slots)
+	}
 	// The operator of an add-members and a remove-node: a sixth coroutine.
 	var shrink *shrinkRun
 	var shrinker *moverNode
@@ -1486,6 +1519,10 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 						cos = append(cos, co)
 					}
 				}
+				if repairs != nil {
+					cos = append(cos, repairs.slots...)
+				}
+				cos[i].addr = id
 				return cos[i]
 			}
 			return moveClients(id, cfg)
@@ -1530,6 +1567,10 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 	if drain != nil {
 		drain.s = s
 		drain.schedule(run.faultsUntil())
+	}
+	if repairs != nil {
+		repairs.s = s
+		repairs.start(run.faultsUntil())
 	}
 	if gops != nil {
 		gops.s = s
@@ -1611,7 +1652,7 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			}
 			return false
 		}
-		for extra := 0; extra < window && (run.running || repl.cur != nil || (resumer != nil && resumer.co != nil) || (drain != nil && !drain.finished) || (gops != nil && gops.phase != "") || (shrink != nil && shrink.phase != "") || (run.live != nil && run.live.busy()) || busy(issued, ops)); extra++ {
+		for extra := 0; extra < window && (run.running || repl.cur != nil || (resumer != nil && resumer.co != nil) || (drain != nil && !drain.finished) || (repairs != nil && repairs.busy()) || (gops != nil && gops.phase != "") || (shrink != nil && shrink.phase != "") || (run.live != nil && run.live.busy()) || busy(issued, ops)); extra++ {
 			s.RunFor(100 * time.Millisecond)
 		}
 		s.RunFor(200 * time.Millisecond)
@@ -1660,6 +1701,9 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 		}
 		if drain != nil && !drain.finished {
 			errs = append(errs, fmt.Errorf("the drain of node %d did not finish 4 s after the faults ended (last error: %v)", drain.old+1, drain.lastErr))
+		}
+		if repairs != nil {
+			errs = append(errs, repairs.err)
 		}
 		if gops != nil {
 			errs = append(errs, groupOpsSettled(cl, gops))
@@ -1721,6 +1765,9 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 					by = "repairer's round"
 				}
 				*summary += fmt.Sprintf("; node %d's groups placed on the cluster's nodes: %t (%d groups on nodes %v, %d reruns of the %s)", drain.old+1, drain.finished, len(drain.spare), drain.placedOn(), drain.reruns, by)
+				if repairs != nil {
+					*summary += "; " + repairs.summary()
+				}
 			} else {
 				*summary += fmt.Sprintf("; node %d drained to node %d: %t (%d groups, %d reruns of the command)", drain.old+1, drain.nw+1, drain.finished, len(drain.spare), drain.reruns)
 			}
@@ -1738,6 +1785,11 @@ func moveSim(seed uint64, trace io.Writer, o moveOptions, summary *string) (err 
 			}
 			if drain != nil {
 				for _, l := range drain.log {
+					fmt.Fprintln(trace, l)
+				}
+			}
+			if repairs != nil {
+				for _, l := range repairs.log {
 					fmt.Fprintln(trace, l)
 				}
 			}
