@@ -322,7 +322,7 @@ func (mv *Mover) leaderOf(ctx context.Context, cm *kv.ClusterMap, g kv.MapGroup)
 			seeds = append(seeds, n.ClientAddr)
 		}
 	}
-	gmv := &Mover{Seeds: seeds, Password: mv.Password, TLS: mv.TLS, RetryFor: time.Second}
+	gmv := mv.like(seeds, time.Second)
 	defer gmv.Close()
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()

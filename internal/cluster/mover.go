@@ -141,11 +141,23 @@ func (realClock) Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// clock is mv's Clock (nil mv or Clock: the real clock).
 func (mv *Mover) clock() MoverClock {
-	if mv.Clock != nil {
+	if mv != nil && mv.Clock != nil {
 		return mv.Clock
 	}
 	return realClock{}
+}
+
+// like is a Mover to seeds with mv's credentials, transport and clock (nil
+// mv: the defaults), so that a Mover a step derives (to a group's members,
+// to one node) runs where mv does: on a simulation's network and clock
+// under it. The one place a derived Mover is built.
+func (mv *Mover) like(seeds []string, retryFor time.Duration) *Mover {
+	if mv == nil {
+		return &Mover{Seeds: seeds, RetryFor: retryFor}
+	}
+	return &Mover{Seeds: seeds, Password: mv.Password, TLS: mv.TLS, RetryFor: retryFor, Transport: mv.Transport, Clock: mv.Clock}
 }
 
 func (mv *Mover) since(t time.Time) time.Duration { return mv.clock().Now().Sub(t) }

@@ -113,7 +113,7 @@ func (c *NodeChange) Run(ctx context.Context, cm *kv.ClusterMap, plan []GroupCha
 		}
 		seeds = append(seeds, mv.Seeds...)
 		// On Meta's transport and clock (a simulation's, under it).
-		gmv := &Mover{Seeds: seeds, Password: mv.Password, TLS: mv.TLS, RetryFor: 30 * time.Second, Transport: mv.Transport, Clock: mv.Clock}
+		gmv := mv.like(seeds, 30*time.Second)
 		res, err := c.reconfigure(ctx, gmv, GroupMembersOf(cm, step.Group), step)
 		gmv.Close()
 		if err != nil {
@@ -319,7 +319,7 @@ func LiveNodes(ctx context.Context, mv *Mover, cm *kv.ClusterMap, old uint64) ma
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p := &Mover{Seeds: []string{n.ClientAddr}, Password: mv.Password, TLS: mv.TLS, RetryFor: 2 * time.Second}
+			p := mv.like([]string{n.ClientAddr}, 2*time.Second)
 			defer p.Close()
 			if p.Ping(ctx) == nil {
 				mu.Lock()

@@ -280,23 +280,7 @@ func probeEvery(after time.Duration) time.Duration {
 	return min(max(after/10, 500*time.Millisecond), 5*time.Second)
 }
 
-// like is a Mover with mv's credentials, transport and clock (nil mv: the
-// defaults), to seeds.
-func (mv *Mover) like(seeds []string, retryFor time.Duration) *Mover {
-	if mv == nil {
-		return &Mover{Seeds: seeds, RetryFor: retryFor}
-	}
-	return &Mover{Seeds: seeds, Password: mv.Password, TLS: mv.TLS, RetryFor: retryFor, Transport: mv.Transport, Clock: mv.Clock}
-}
-
-func (r *Repairer) now() time.Time { return r.Net.clockOrReal().Now() }
-
-func (mv *Mover) clockOrReal() MoverClock {
-	if mv == nil {
-		return realClock{}
-	}
-	return mv.clock()
-}
+func (r *Repairer) now() time.Time { return r.Net.clock().Now() }
 
 func (r *Repairer) logf(format string, a ...any) {
 	if r.Logf != nil {

@@ -273,6 +273,54 @@ func checkRepairerOneAtATime() error {
 	return nil
 }
 
+// checkRepairerLostBeforeStart: a repair the leader decided on, whose job
+// had not started when the leadership was lost (Go defers it: a goroutine
+// not yet scheduled, the simulation's job waiting for a coroutine), never
+// runs — Lost had no cancel to call — and leaves the repairer free for the
+// next term's repair.
+func checkRepairerLostBeforeStart() error {
+	cm := repairMap(kv.MapGroup{ID: 1, Members: []uint64{1, 2, 4}}, kv.MapGroup{ID: 2, Members: []uint64{4, 3, 1}})
+	type job struct {
+		ctx context.Context
+		mv  *Mover
+		run func(context.Context, *Mover)
+	}
+	var queued []job
+	ran := 0
+	r := Repairer{After: time.Minute,
+		Go: func(ctx context.Context, _ string, mv *Mover, run func(context.Context, *Mover)) {
+			queued = append(queued, job{ctx, mv, run})
+		},
+		Exec: func(context.Context, *Mover, *kv.ClusterMap, RepairDecision) error {
+			ran++
+			return nil
+		}}
+	now := time.Now()
+	probe(&r.watch, now.Add(-time.Hour), cm)
+	probe(&r.watch, now, cm, 4)
+	r.probing = true // no probe round: the watch above decides
+	r.Tick(context.Background(), cm)
+	if len(queued) != 1 {
+		return fmt.Errorf("%d jobs started for node 4's due repair, want 1", len(queued))
+	}
+	r.Lost()
+	j := queued[0]
+	j.run(j.ctx, j.mv)
+	if ran > 0 {
+		return errors.New("a repair decided before the leadership was lost ran after it (its job started late)")
+	}
+	if r.running {
+		return errors.New("a repair dropped before it started still counts as running: the next term's repair never starts")
+	}
+	return nil
+}
+
+func TestRepairerLostBeforeStart(t *testing.T) {
+	if err := checkRepairerLostBeforeStart(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestRepairerOneAtATime(t *testing.T) {
 	if err := checkRepairerOneAtATime(); err != nil {
 		t.Fatal(err)
@@ -303,6 +351,7 @@ func TestRepairWatchMutationsCaught(t *testing.T) {
 		{"IgnoresQuorum", &RepairMut.IgnoresQuorum, checkRepairQuorum},
 		{"Concurrent", &RepairMut.Concurrent, checkRepairerOneAtATime},
 		{"IgnoresDeposition", &RepairMut.IgnoresDeposition, checkRepairerOneAtATime},
+		{"IgnoresDeposition/before its start", &RepairMut.IgnoresDeposition, checkRepairerLostBeforeStart},
 	} {
 		*c.set = true
 		err := c.check()

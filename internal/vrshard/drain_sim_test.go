@@ -54,10 +54,11 @@ import (
 // runs a command: the metadata group's nodes run the production
 // cluster.Repairer on the simulation's clock and network, and the leader's
 // re-creates N's groups once N has been silent for simRepairAfter
-// (repairSim, repair_sim_test.go), with placedRun.
+// (repairSim, repair_sim_test.go) with its own Repairer.Repair, once place
+// has put the spares.
 //
 // Every form runs the command's loop, cluster.NodeChange (placedRun,
-// explicitJob): the groups' reconfigurations, SETMEMBERS, the catch-up
+// explicitJob, Repairer.Repair): the groups' reconfigurations, SETMEMBERS, the catch-up
 // wait and the placed rerun rule are production's; the simulation only
 // opens each new member where its group's answer names it (joined).
 
@@ -184,6 +185,13 @@ func (d *drainRun) placedJob(ctx context.Context, mv *kcluster.Mover) (any, erro
 // has N (it changed before the map said so: the loop then keeps its
 // members, and the spare stays where the earlier run put it).
 func (d *drainRun) placedRun(ctx context.Context, mv *kcluster.Mover, cm *kv.ClusterMap, plan []kcluster.GroupChange) error {
+	d.place(ctx, mv, cm, plan)
+	return d.nodeChange(mv, nil).Run(ctx, cm, plan)
+}
+
+// place puts each group's spare address on the node plan (made against cm)
+// chose for it, as placedRun does before its loop.
+func (d *drainRun) place(ctx context.Context, mv *kcluster.Mover, cm *kv.ClusterMap, plan []kcluster.GroupChange) {
 	c, old := d.cl, uint64(d.old+1)
 	for _, ch := range plan {
 		if cur, err := mv.GroupConfigOf(ctx, ch.Group); err == nil && !slices.Contains(cur.Members, old) {
@@ -193,7 +201,6 @@ func (d *drainRun) placedRun(ctx context.Context, mv *kcluster.Mover, cm *kv.Clu
 		c.node[d.spare[ch.Group]] = on
 		d.log = append(d.log, fmt.Sprintf("%v: group %d's replica of node %d placed on node %d: %v", d.s.Now(), ch.Group, old, on+1, ch.Members))
 	}
-	return d.nodeChange(mv, nil).Run(ctx, cm, plan)
 }
 
 // nodeChange is the command's loop for this drain through mv (placed, or

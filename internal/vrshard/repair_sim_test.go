@@ -28,8 +28,9 @@ import (
 // deposition run under the simulator: a probe is a PING over the simulated
 // network to each node of the map (answered by any replica of the node
 // that is up; a node dead for good, or with every replica down, does not
-// answer), and a repair runs the drain's placedRun (the production
-// NodeChange, and the simulation's opening of each new member).
+// answer), and a repair runs the production Repairer.Repair (its
+// NodeChange), once the drain's place has put each group's spare where the
+// plan chose.
 //
 // A new member opens where the leader's map names it (followMap, as a node
 // follows the map: syncGroups), so a group a cancelled repair changed and
@@ -209,7 +210,9 @@ func (rs *repairSim) tick() {
 				Probe: simProbe, Go: func(_ context.Context, what string, mv *kcluster.Mover, job func(context.Context, *kcluster.Mover)) {
 					rs.spawn(at, what, mv, job)
 				},
-				Exec: rs.exec,
+				Exec: func(ctx context.Context, mv *kcluster.Mover, cm *kv.ClusterMap, d kcluster.RepairDecision) error {
+					return rs.exec(ctx, at, mv, cm, d)
+				},
 				Logf: func(format string, a ...any) {
 					rs.log = append(rs.log, fmt.Sprintf("%v: node %d: ", s.Now(), k+1)+fmt.Sprintf(format, a...))
 				}}
@@ -314,14 +317,15 @@ func (rs *repairSim) depose(at *repairerAt) {
 	})
 }
 
-// exec is Repairer.Exec: N's groups by the drain's placedRun (the
-// production NodeChange, each new member opened where its group's answer
-// names it). A decision for another node — one whose PINGs were lost for
+// exec is Repairer.Exec: N's groups by at's production Repair (its log
+// lines and NodeChange, as a node runs it), once the drain's place has put
+// each group's spare on the node the plan chose; each new member opens
+// where the leader's map names it (followMap). A decision for another node — one whose PINGs were lost for
 // --repair-after, or every replica of which was down that long — is
 // refused (the simulation re-creates N's replicas only; the repairer tries
 // it again later). The auditor: the node did not answer a PING of this
 // repairer's for --repair-after (checked when it decides: spawn).
-func (rs *repairSim) exec(ctx context.Context, mv *kcluster.Mover, cm *kv.ClusterMap, d kcluster.RepairDecision) error {
+func (rs *repairSim) exec(ctx context.Context, at *repairerAt, mv *kcluster.Mover, cm *kv.ClusterMap, d kcluster.RepairDecision) error {
 	old := uint64(rs.d.old + 1)
 	if d.Node != old {
 		if int(d.Node)-1 == rs.cut {
@@ -334,7 +338,8 @@ func (rs *repairSim) exec(ctx context.Context, mv *kcluster.Mover, cm *kv.Cluste
 		return fmt.Errorf("node %d's groups skipped (N's groups never lose a majority): %+v", old, d.Skipped)
 	}
 	rs.d.log = append(rs.d.log, fmt.Sprintf("%v: the repairer re-creates node %d's replicas", rs.s.Now(), old))
-	err := rs.d.placedRun(ctx, mv, cm, d.Plan)
+	rs.d.place(ctx, mv, cm, d.Plan)
+	err := at.r.Repair(ctx, mv, cm, d)
 	if err != nil {
 		rs.d.reruns++
 		rs.d.lastErr = err
