@@ -198,9 +198,10 @@ const reconfigAttempts = 3
 func (c *NodeChange) reconfigure(ctx context.Context, gmv *Mover, was []uint64, step GroupChange) (GroupConfig, error) {
 	cmd, name := c.Cmd, GroupName(step.Group)
 	var cur GroupConfig
+	var seen uint64 // the epoch the leader's last refusal named
 	for attempt := 0; attempt < reconfigAttempts; attempt++ {
 		var err error
-		if cur, err = gmv.GroupConfigOf(ctx, step.Group); err != nil {
+		if cur, err = configAtLeast(ctx, gmv, step.Group, seen); err != nil {
 			return GroupConfig{}, fmt.Errorf("%s: %w; nothing changed for group %d (rerun the command)", cmd, err, step.Group)
 		}
 		members, err := rebaseChange(was, step.Members, cur.Members)
@@ -226,6 +227,7 @@ func (c *NodeChange) reconfigure(ctx context.Context, gmv *Mover, was []uint64, 
 		if errors.As(err, &moved) {
 			c.logf("%s changed meanwhile (epoch %d, members %v): planning against it again", name, moved.Epoch, moved.Members)
 			cur.Epoch, cur.Members = moved.Epoch, moved.Members // the latest seen, for the error below
+			seen = moved.Epoch
 			continue
 		}
 		if err != nil {
@@ -235,6 +237,24 @@ func (c *NodeChange) reconfigure(ctx context.Context, gmv *Mover, was []uint64, 
 	}
 	return GroupConfig{}, fmt.Errorf("%s: %s keeps changing under the command (%d times; last seen at epoch %d, members %v): rerun the command once it settles; nothing changed for it",
 		cmd, name, reconfigAttempts, cur.Epoch, cur.Members)
+}
+
+// configAtLeast reads group g's configuration through gmv, at epoch
+// atLeast or later: the epoch its leader named refusing a request. A
+// member answers with its own durable configuration, and one that has not
+// learned of the change yet (a follower that lags, or is cut off from the
+// leader) answers an older one; planned against it again, the request
+// would be refused again, at every attempt and every rerun while that
+// member lags. So the next member (gmv's next seed) is asked, each once;
+// when none is there yet, the last answer.
+func configAtLeast(ctx context.Context, gmv *Mover, g GroupID, atLeast uint64) (GroupConfig, error) {
+	for asked := 1; ; asked++ {
+		cur, err := gmv.GroupConfigOf(ctx, g)
+		if err != nil || cur.Epoch >= atLeast || asked >= len(gmv.Seeds) {
+			return cur, err
+		}
+		gmv.Seeds = append(gmv.Seeds[1:], gmv.Seeds[0])
+	}
 }
 
 // rebaseChange is the members a group whose configuration is cur is asked
