@@ -931,7 +931,7 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 		leaving = []uint64{old}
 	}
 	var out []cluster.StepDone
-	nc := &cluster.NodeChange{Cmd: cmd, Meta: mv, Old: old, Replace: cmd == "replace-node", Leaving: leaving, NewNodes: newNodes, CatchUp: catchUp,
+	nc := &cluster.NodeChange{Cmd: cmd, Meta: mv, Leaving: leaving, NewNodes: newNodes, CatchUp: catchUp,
 		Logf: func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) },
 		Done: func(d cluster.StepDone) {
 			out = append(out, d)

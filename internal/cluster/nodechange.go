@@ -27,23 +27,20 @@ import (
 // retires. A chain group's step is a wish its master carries out
 // (chainStep). Every step is idempotent, so a rerun after a crash (of the
 // command, of the repairer's node, or of a group's node) finishes the job.
+//
+// Whatever the change, a group's own configuration decides what it is
+// asked for (rebaseChange: the plan's difference from the map applied to
+// it), so that a rerun changes it once and a change of another member made
+// meanwhile (by the repairer, or an operator) is kept, not undone; the
+// request names the configuration's epoch, and a group that moved on
+// before it arrives refuses it (EpochMovedError): the step is planned
+// again.
 type NodeChange struct {
 	// Cmd names the change in errors and logs ("replace-node", ...).
 	Cmd string
 	// Meta reaches the metadata group (and is the seeds and credentials
 	// each group's own Mover is made with).
 	Meta *Mover
-	// Old is replace-node's old node (0: another change); Replace, the
-	// change is replace-node's (the placement rule's node, or --new's).
-	// Whatever the change, a group's own configuration decides what it is
-	// asked for (rebaseChange: the plan's difference from the map applied
-	// to it), so that a rerun changes it once and a change of another
-	// member made meanwhile (by the repairer, or an operator) is kept, not
-	// undone; the request names the configuration's epoch, and a group
-	// that moved on before it arrives refuses it (EpochMovedError): the
-	// step is planned again.
-	Old     uint64
-	Replace bool
 	// Leaving are the nodes the change takes out (not waited for to catch
 	// up: WaitCaughtUp's skip).
 	Leaving []uint64

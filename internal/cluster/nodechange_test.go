@@ -151,7 +151,7 @@ func TestPlacedChangeAsksTheGroupAfterTheCatchUpWait(t *testing.T) {
 		}
 		return progressReply(g.epoch, 150, 190, [3]int64{3, 190, 190}, [3]int64{9, 190, 190})
 	}
-	nc := &NodeChange{Cmd: "test", Old: 3, Replace: true, Leaving: []uint64{3}, CatchUp: 5 * time.Second}
+	nc := &NodeChange{Cmd: "test", Leaving: []uint64{3}, CatchUp: 5 * time.Second}
 	if err := g.run(nc, nodeChangeMap(), []GroupChange{{Group: 1, Members: []uint64{1, 7, 5}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestPlacedChangeAsksTheGroupAfterTheCatchUpWait(t *testing.T) {
 func TestExplicitReplaceKeepsAConcurrentChange(t *testing.T) {
 	// The repairer's change landed: 5 -> 9, caught up.
 	g := &fakeGroup{t: t, epoch: 3, members: []uint64{1, 3, 9}, previous: []uint64{1, 3, 5}}
-	nc := &NodeChange{Cmd: "replace-node", Old: 3, Replace: true, Leaving: []uint64{3}, CatchUp: 5 * time.Second,
+	nc := &NodeChange{Cmd: "replace-node", Leaving: []uint64{3}, CatchUp: 5 * time.Second,
 		NewNodes: []Member{{ID: 7, ClientAddr: "n7", PeerAddr: "p"}}}
 	if err := g.run(nc, nodeChangeMap(), []GroupChange{{Group: 1, Members: []uint64{1, 7, 5}}}); err != nil {
 		t.Fatal(err)
@@ -186,7 +186,7 @@ func TestExplicitReplaceKeepsAConcurrentChange(t *testing.T) {
 func TestNodeChangeReadsPastALaggingMember(t *testing.T) {
 	g := &fakeGroup{t: t, epoch: 3, members: []uint64{1, 3, 9}, previous: []uint64{1, 3, 5},
 		lagging: map[string]resp.Value{"n1": configReply(2, []uint64{1, 3, 5}, []uint64{1, 3, 6})}}
-	nc := &NodeChange{Cmd: "test", Old: 3, Replace: true, Leaving: []uint64{3}, CatchUp: 5 * time.Second}
+	nc := &NodeChange{Cmd: "test", Leaving: []uint64{3}, CatchUp: 5 * time.Second}
 	if err := g.run(nc, nodeChangeMap(), []GroupChange{{Group: 1, Members: []uint64{1, 7, 5}}}); err != nil {
 		t.Fatalf("Run: %v (asked %v)", err, g.asked)
 	}
@@ -211,7 +211,7 @@ func TestNodeChangeStopsWhenTheGroupKeepsChanging(t *testing.T) {
 		g.epoch, g.members, g.previous = g.epoch+1, []uint64{1, 3, next}, g.members
 		return progressReply(g.epoch, 150, 190, [3]int64{3, 190, 190}, [3]int64{int64(last), 190, 190}, [3]int64{int64(next), 190, 190})
 	}
-	nc := &NodeChange{Cmd: "test", Old: 3, Replace: true, Leaving: []uint64{3}, CatchUp: 5 * time.Second}
+	nc := &NodeChange{Cmd: "test", Leaving: []uint64{3}, CatchUp: 5 * time.Second}
 	err := g.run(nc, nodeChangeMap(), []GroupChange{{Group: 1, Members: []uint64{1, 7, 5}}})
 	if err == nil || !strings.Contains(err.Error(), "keeps changing") || !strings.Contains(err.Error(), "rerun") {
 		t.Fatalf("Run: %v, want \"keeps changing ... rerun\" (asked %v, done %v)", err, g.asked, g.done)
