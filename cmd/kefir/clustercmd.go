@@ -931,7 +931,7 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 		leaving = []uint64{old}
 	}
 	var out []cluster.StepDone
-	nc := &cluster.NodeChange{Cmd: cmd, Meta: mv, Old: old, Replace: cmd == "replace-node", Leaving: leaving, NewNodes: newNodes, CatchUp: catchUp,
+	nc := &cluster.NodeChange{Cmd: cmd, Meta: mv, Leaving: leaving, NewNodes: newNodes, CatchUp: catchUp,
 		Logf: func(format string, a ...any) { fmt.Fprintf(stderr, "kefir cluster: "+format+"\n", a...) },
 		Done: func(d cluster.StepDone) {
 			out = append(out, d)
@@ -989,8 +989,13 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 	return nil
 }
 
-// stillHosts names what keeps node id in map cm ("group 2 and the
-// metadata group"), or "" when nothing does (or cm is nil: unknown).
+// stillHosts names the groups that still host node id in map cm ("group 2
+// and the metadata group"), or "" when none does (or cm is nil: unknown).
+// A chain group that lists it only as leaving does not host it (its master
+// took it out of the chain, or is taking it out, and keeps it listed so as
+// to refuse it should it come back): that one the map's own refusal
+// answers for, said as before ("run remove-node again later"), not as a
+// group that --group left out.
 func stillHosts(cm *kv.ClusterMap, id uint64) string {
 	if cm == nil {
 		return ""
@@ -998,6 +1003,9 @@ func stillHosts(cm *kv.ClusterMap, id uint64) string {
 	gs, meta := cm.NodeGroups(id)
 	var names []string
 	for _, g := range gs {
+		if mg, ok := cm.Group(g); ok && !slices.Contains(mg.Members, id) && !slices.Contains(mg.Joining, id) {
+			continue // leaving only
+		}
 		names = append(names, strconv.FormatUint(g, 10))
 	}
 	var parts []string

@@ -209,18 +209,23 @@ func TestPlaceMembersNothingLeftJSON(t *testing.T) {
 // says which groups keep it rather than asking the map to remove it (which
 // refuses) and telling the operator to run it again later.
 func TestStillHosts(t *testing.T) {
-	cm := &kv.ClusterMap{Epoch: 9, Nodes: []kv.MapNode{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}, {ID: 5}, {ID: 6}},
+	cm := &kv.ClusterMap{Epoch: 9, Nodes: []kv.MapNode{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}, {ID: 5}, {ID: 6}, {ID: 7}},
 		Groups: []kv.MapGroup{
 			{ID: 1, Members: []uint64{1, 2, 3}},
 			{ID: 2, Members: []uint64{4, 5, 6}},
 			{ID: 3, Members: []uint64{4, 2, 6}, Joining: []uint64{5}},
+			{ID: 4, Engine: kv.EngineChain, Members: []uint64{9, 10, 11}, Leaving: []uint64{7}},
 		}}
 	for id, want := range map[uint64]string{
 		1: "group 1 and the metadata group",
 		4: "groups 2, 3",
 		5: "groups 2, 3", // joining group 3
 		6: "groups 2, 3",
+		// Out of chain group 4, which lists it as leaving (its master
+		// refuses it should it come back): hosts nothing — remove-node
+		// without --group must not tell the operator to run itself.
 		7: "",
+		9: "group 4",
 	} {
 		if got := stillHosts(cm, id); got != want {
 			t.Errorf("node %d: %q, want %q", id, got, want)

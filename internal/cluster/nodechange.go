@@ -27,23 +27,20 @@ import (
 // retires. A chain group's step is a wish its master carries out
 // (chainStep). Every step is idempotent, so a rerun after a crash (of the
 // command, of the repairer's node, or of a group's node) finishes the job.
+//
+// Whatever the change, a group's own configuration decides what it is
+// asked for (rebaseChange: the plan's difference from the map applied to
+// it), so that a rerun changes it once and a change of another member made
+// meanwhile (by the repairer, or an operator) is kept, not undone; the
+// request names the configuration's epoch, and a group that moved on
+// before it arrives refuses it (EpochMovedError): the step is planned
+// again.
 type NodeChange struct {
 	// Cmd names the change in errors and logs ("replace-node", ...).
 	Cmd string
 	// Meta reaches the metadata group (and is the seeds and credentials
 	// each group's own Mover is made with).
 	Meta *Mover
-	// Old is replace-node's old node (0: another change); Replace, the
-	// change is replace-node's (the placement rule's node, or --new's).
-	// Whatever the change, a group's own configuration decides what it is
-	// asked for (rebaseChange: the plan's difference from the map applied
-	// to it), so that a rerun changes it once and a change of another
-	// member made meanwhile (by the repairer, or an operator) is kept, not
-	// undone; the request names the configuration's epoch, and a group
-	// that moved on before it arrives refuses it (EpochMovedError): the
-	// step is planned again.
-	Old     uint64
-	Replace bool
 	// Leaving are the nodes the change takes out (not waited for to catch
 	// up: WaitCaughtUp's skip).
 	Leaving []uint64
@@ -198,9 +195,10 @@ const reconfigAttempts = 3
 func (c *NodeChange) reconfigure(ctx context.Context, gmv *Mover, was []uint64, step GroupChange) (GroupConfig, error) {
 	cmd, name := c.Cmd, GroupName(step.Group)
 	var cur GroupConfig
+	var seen uint64 // the epoch the leader's last refusal named
 	for attempt := 0; attempt < reconfigAttempts; attempt++ {
 		var err error
-		if cur, err = gmv.GroupConfigOf(ctx, step.Group); err != nil {
+		if cur, err = configAtLeast(ctx, gmv, step.Group, seen); err != nil {
 			return GroupConfig{}, fmt.Errorf("%s: %w; nothing changed for group %d (rerun the command)", cmd, err, step.Group)
 		}
 		members, err := rebaseChange(was, step.Members, cur.Members)
@@ -226,6 +224,7 @@ func (c *NodeChange) reconfigure(ctx context.Context, gmv *Mover, was []uint64, 
 		if errors.As(err, &moved) {
 			c.logf("%s changed meanwhile (epoch %d, members %v): planning against it again", name, moved.Epoch, moved.Members)
 			cur.Epoch, cur.Members = moved.Epoch, moved.Members // the latest seen, for the error below
+			seen = moved.Epoch
 			continue
 		}
 		if err != nil {
@@ -235,6 +234,24 @@ func (c *NodeChange) reconfigure(ctx context.Context, gmv *Mover, was []uint64, 
 	}
 	return GroupConfig{}, fmt.Errorf("%s: %s keeps changing under the command (%d times; last seen at epoch %d, members %v): rerun the command once it settles; nothing changed for it",
 		cmd, name, reconfigAttempts, cur.Epoch, cur.Members)
+}
+
+// configAtLeast reads group g's configuration through gmv, at epoch
+// atLeast or later: the epoch its leader named refusing a request. A
+// member answers with its own durable configuration, and one that has not
+// learned of the change yet (a follower that lags, or is cut off from the
+// leader) answers an older one; planned against it again, the request
+// would be refused again, at every attempt and every rerun while that
+// member lags. So the next member (gmv's next seed) is asked, each once;
+// when none is there yet, the last answer.
+func configAtLeast(ctx context.Context, gmv *Mover, g GroupID, atLeast uint64) (GroupConfig, error) {
+	for asked := 1; ; asked++ {
+		cur, err := gmv.GroupConfigOf(ctx, g)
+		if err != nil || cur.Epoch >= atLeast || asked >= len(gmv.Seeds) {
+			return cur, err
+		}
+		gmv.Seeds = append(gmv.Seeds[1:], gmv.Seeds[0])
+	}
 }
 
 // rebaseChange is the members a group whose configuration is cur is asked

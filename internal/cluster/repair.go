@@ -413,7 +413,7 @@ func (r *Repairer) Repair(ctx context.Context, mv *Mover, cm *kv.ClusterMap, d R
 		r.logf("metadata: repair: node %d: not repairing %s", d.Node, s)
 	}
 	defer mv.Close()
-	nc := &NodeChange{Cmd: fmt.Sprintf("repair of node %d", d.Node), Meta: mv, Old: d.Node, Replace: true, Leaving: []uint64{d.Node}, CatchUp: CaughtUpWait,
+	nc := &NodeChange{Cmd: fmt.Sprintf("repair of node %d", d.Node), Meta: mv, Leaving: []uint64{d.Node}, CatchUp: CaughtUpWait,
 		Logf: func(format string, a ...any) { r.logf("metadata: repair: "+format, a...) },
 		Done: func(s StepDone) {
 			r.logf("metadata: repair: node %d's replica of %s re-created: members %v (map epoch %d)", d.Node, GroupName(GroupID(s.Group)), s.Members, s.MapEpoch)

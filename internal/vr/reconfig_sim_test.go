@@ -93,7 +93,20 @@ type reconfigSim struct {
 	// stopping it and starting a re-added slot from an empty disk.
 	keepRetired bool
 	readopted   int // retired replicas that became members again
+	// plannedFrom[epoch members] is the member list the request that
+	// asked for configuration (epoch, members) was planned against (the
+	// configuration the reconfigurer read, at a random replica: perhaps
+	// one that lags); moved counts the requests the leader refused
+	// (ErrEpochMoved); casErr is the first configuration committed from
+	// another member list than its request was planned against.
+	plannedFrom map[string][]uint64
+	moved       int
+	casErr      error
+	// epochMembers[e] is configuration e's members, once committed.
+	epochMembers map[uint64][]uint64
 }
+
+func plannedKey(epoch uint64, members []uint64) string { return fmt.Sprint(epoch, members) }
 
 func newReconfigSim(initial int) *reconfigSim {
 	return &reconfigSim{initial: initial, latest: Membership{Epoch: 1, Members: memberIDs(initial)},
@@ -127,7 +140,20 @@ func (rc *reconfigSim) runs(id sim.Addr, m *Membership, recs [][]byte) bool {
 }
 
 func (rc *reconfigSim) note(m *Membership) {
-	if rc == nil || m.Epoch <= rc.latest.Epoch {
+	if rc == nil {
+		return
+	}
+	// Reconfigure's compare-and-set: a request planned against epoch e
+	// commits, if at all, as the move from e's members — never applied to
+	// a configuration another change made meanwhile.
+	if p, ok := rc.plannedFrom[plannedKey(m.Epoch, m.Members)]; ok && !slices.Equal(p, m.Previous) && rc.casErr == nil {
+		rc.casErr = fmt.Errorf("epoch %d %v committed from %v, but its request was planned against %v", m.Epoch, m.Members, m.Previous, p)
+	}
+	if rc.epochMembers == nil {
+		rc.epochMembers = map[uint64][]uint64{1: memberIDs(rc.initial)}
+	}
+	rc.epochMembers[m.Epoch] = slices.Clone(m.Members)
+	if m.Epoch <= rc.latest.Epoch {
 		return
 	}
 	rc.latest = Membership{Epoch: m.Epoch, Members: slices.Clone(m.Members), Start: m.Start, Previous: slices.Clone(m.Previous)}
@@ -223,8 +249,28 @@ func reconfigurer(s *sim.Sim, rc *reconfigSim, until time.Duration) {
 			for _, p := range perm[:size] {
 				ms = append(ms, replicaID(sim.Addr(p)))
 			}
-			if n.core.Reconfigure(n.now, AnyEpoch, ms) == nil {
+			// Planned against the configuration of a random replica (the
+			// operator's read: it may lag the leader's, or be ahead of a
+			// deposed leader's).
+			read := n.core.cfg
+			if j := s.Replica(s.Rand().IntN(slots)); j != nil && j.(*simReplica).core != nil {
+				read = j.(*simReplica).core.cfg
+			}
+			// A third of them read before the last change (a caller that
+			// waited, or read a member that lags more than the sim's).
+			if old, ok := rc.epochMembers[read.Epoch-1]; ok && s.Rand().IntN(3) == 0 {
+				read.Epoch, read.Members = read.Epoch-1, old
+			}
+			key := plannedKey(n.core.cfg.Epoch+1, ms)
+			switch err := n.core.Reconfigure(n.now, read.Epoch, ms); {
+			case err == nil:
 				rc.asked++
+				if rc.plannedFrom == nil {
+					rc.plannedFrom = map[string][]uint64{}
+				}
+				rc.plannedFrom[key] = slices.Clone(read.Members)
+			case errors.Is(err, ErrEpochMoved):
+				rc.moved++
 			}
 			return
 		}
@@ -239,6 +285,9 @@ func judgeReconfig(s *sim.Sim, h check.History, rc *reconfigSim) error {
 	errs := judgeHistory(s, h)
 	if rc.auditErr != nil {
 		errs = append(errs, rc.auditErr)
+	}
+	if rc.casErr != nil {
+		errs = append(errs, rc.casErr)
 	}
 	var first *simReplica
 	for _, id := range rc.latest.Members {
@@ -316,7 +365,7 @@ func reconfigRunWith(seed uint64, o simOptions, trace io.Writer, tweak func(*sim
 // TestSimReconfiguration: random reconfigurations amid random faults.
 func TestSimReconfiguration(t *testing.T) {
 	o := defaultSimOptions()
-	var asked, epochs, joined, stopped, snaps, ok, ops, crashes int
+	var asked, moved, epochs, joined, stopped, snaps, ok, ops, crashes int
 	sim.Explore(t, 1, seedCount(40, 1000), func(seed uint64, trace io.Writer) (err error) {
 		defer func() {
 			if p := recover(); p != nil {
@@ -324,7 +373,7 @@ func TestSimReconfiguration(t *testing.T) {
 			}
 		}()
 		s, h, rc := reconfigRun(seed, o, trace)
-		asked, epochs, joined, stopped = asked+rc.asked, epochs+rc.epochs, joined+rc.joined, stopped+rc.stopped
+		asked, epochs, joined, stopped, moved = asked+rc.asked, epochs+rc.epochs, joined+rc.joined, stopped+rc.stopped, moved+rc.moved
 		ops, crashes, snaps = ops+len(h.Ops), crashes+s.Stats().Crashes, snaps+rc.snapshots
 		for _, op := range h.Ops {
 			if op.Outcome == check.OK {
@@ -333,10 +382,10 @@ func TestSimReconfiguration(t *testing.T) {
 		}
 		return judgeReconfig(s, h, rc)
 	})
-	t.Logf("reconfigurations asked %d, epochs reached %d, new members started %d, retired members stopped %d, snapshots installed in later epochs %d; ops %d (%d ok), crashes %d",
-		asked, epochs, joined, stopped, snaps, ops, ok, crashes)
-	if epochs == 0 || joined == 0 || stopped == 0 || snaps == 0 {
-		t.Fatalf("the runs did not exercise reconfiguration: %d epochs, %d joins, %d stops, %d snapshots", epochs, joined, stopped, snaps)
+	t.Logf("reconfigurations asked %d (%d refused: planned against another epoch), epochs reached %d, new members started %d, retired members stopped %d, snapshots installed in later epochs %d; ops %d (%d ok), crashes %d",
+		asked, moved, epochs, joined, stopped, snaps, ops, ok, crashes)
+	if epochs == 0 || joined == 0 || stopped == 0 || snaps == 0 || moved == 0 {
+		t.Fatalf("the runs did not exercise reconfiguration: %d epochs, %d joins, %d stops, %d snapshots, %d stale requests", epochs, joined, stopped, snaps, moved)
 	}
 }
 

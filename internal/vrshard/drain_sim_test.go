@@ -207,7 +207,7 @@ func (d *drainRun) place(ctx context.Context, mv *kcluster.Mover, cm *kv.Cluster
 // with new nodes), each group's new member opened as its group answers
 // (joined).
 func (d *drainRun) nodeChange(mv *kcluster.Mover, news []kcluster.Member) *kcluster.NodeChange {
-	return &kcluster.NodeChange{Cmd: "replace-node", Meta: mv, Old: uint64(d.old + 1), Replace: true, Leaving: []uint64{uint64(d.old + 1)},
+	return &kcluster.NodeChange{Cmd: "replace-node", Meta: mv, Leaving: []uint64{uint64(d.old + 1)},
 		NewNodes: news, CatchUp: kcluster.CaughtUpWait, Done: func(sd kcluster.StepDone) {
 			d.joined(kcluster.GroupID(sd.Group), kcluster.GroupConfig{Membership: kcluster.Membership{Epoch: sd.Epoch, Start: sd.Start, Members: sd.Members, Previous: sd.Previous}})
 		}}
