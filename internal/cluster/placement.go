@@ -141,9 +141,12 @@ func PlacedEarlier(cm *kv.ClusterMap, r int, id uint64, engine string) (kv.MapGr
 // placement's rule among the nodes live reports up and not in g — for the
 // metadata group, only nodes in a data group — in the order chosen; none
 // if g has r members or more already (a rerun once the map recorded the
-// growth). An error, before anything changes, when g is not a group of the
-// map, is a chain (PlanAddMembers' refusal) or too few nodes are up.
-// PlanAddMembers checks the rest (an even count).
+// growth). A chain counts the nodes the map wants to join it as members
+// (and not those it wants out): the ones still joining come first in the
+// result — an earlier run's choice, asked for again (the wish is then a
+// no-op and the command waits for it) rather than placed a second time.
+// An error, before anything changes, when g is not a group of the map or
+// too few nodes are up. PlanAddMembers checks the rest (an even count).
 func PlaceMembers(cm *kv.ClusterMap, g GroupID, r int, live func(id uint64) bool) ([]uint64, error) {
 	groups := mapGroups(cm)
 	i := slices.IndexFunc(groups, func(mg kv.MapGroup) bool { return mg.ID == uint64(g) })
@@ -151,19 +154,35 @@ func PlaceMembers(cm *kv.ClusterMap, g GroupID, r int, live func(id uint64) bool
 		return nil, fmt.Errorf("group %d is not a group of the cluster map (epoch %d)", g, cm.Epoch)
 	}
 	grp := groups[i]
+	have := len(grp.Members)
+	var out []uint64
 	if grp.IsChain() {
-		return nil, errGrowChain(grp)
+		have = len(ChainWanted(grp))
+		out = slices.DeleteFunc(slices.Clone(grp.Joining), func(id uint64) bool { return slices.Contains(grp.Leaving, id) })
+		have -= len(out) // counted in out
 	}
 	p := newPlacer(cm, live)
-	var out []uint64
-	for len(grp.Members)+len(out) < r {
+	for have+len(out) < r {
 		id := p.choose(grp, out)
 		if id == 0 {
-			return nil, fmt.Errorf("group %d (members %v) grows to %d members on %d more distinct live nodes not in it; the map's nodes are %v, and %v answer (map epoch %d)%s: name the new members with --new", g, grp.Members, r, r-len(grp.Members), cm.NodeIDs(), p.live(), cm.Epoch, waitingNote(cm, live))
+			return nil, fmt.Errorf("group %d (members %v) grows to %d members on %d more distinct live nodes not in it; the map's nodes are %v, and %v answer (map epoch %d)%s: name the new members with --new", g, grp.Members, r, r-have, cm.NodeIDs(), p.live(), cm.Epoch, waitingNote(cm, live))
 		}
 		out = append(out, id)
 	}
 	return out, nil
+}
+
+// ChainWanted is the members chain g is to have once the map's wish is
+// carried out: its members and the nodes joining it, but not the nodes
+// leaving it.
+func ChainWanted(g kv.MapGroup) []uint64 {
+	ids := slices.Clone(g.Members)
+	for _, id := range g.Joining {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return slices.DeleteFunc(ids, func(id uint64) bool { return slices.Contains(g.Leaving, id) })
 }
 
 // placer is placement's rule over a map: the one copy PlanReplacePlaced,

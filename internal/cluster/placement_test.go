@@ -276,9 +276,23 @@ func TestPlaceMembers(t *testing.T) {
 	if _, err := PlaceMembers(cm, 9, 5, all); err == nil || !strings.Contains(err.Error(), "group 9 is not a group") {
 		t.Fatalf("no such group: %v", err)
 	}
+	// A chain [4 5 1] grows by the same rule (any count); the nodes it
+	// is joining count as members and come first (a rerun asks for them
+	// again), the nodes leaving it do not count.
 	cm.Groups[1].Engine = kv.EngineChain
-	if _, err := PlaceMembers(cm, 2, 5, all); err == nil || !strings.Contains(err.Error(), "group 2 is a chain") {
-		t.Fatalf("a chain: %v", err)
+	if got, err := PlaceMembers(cm, 2, 4, all); err != nil || !slices.Equal(got, []uint64{6}) {
+		t.Fatalf("chain 2 to four: %v %v, want [6]", got, err)
+	}
+	cm.Groups[1].Joining = []uint64{6}
+	if got, err := PlaceMembers(cm, 2, 4, all); err != nil || !slices.Equal(got, []uint64{6}) {
+		t.Fatalf("chain 2 to four, 6 joining: %v %v, want [6] again", got, err)
+	}
+	if got, err := PlaceMembers(cm, 2, 5, all); err != nil || !slices.Equal(got, []uint64{6, 2}) {
+		t.Fatalf("chain 2 to five, 6 joining: %v %v, want [6 2]", got, err)
+	}
+	cm.Groups[1].Joining, cm.Groups[1].Leaving = nil, []uint64{5}
+	if got, err := PlaceMembers(cm, 2, 3, all); err != nil || !slices.Equal(got, []uint64{6}) {
+		t.Fatalf("chain 2 to three, 5 leaving: %v %v, want [6]", got, err)
 	}
 }
 
