@@ -1028,12 +1028,14 @@ func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g c
 		return nil, usageError{errors.New("add-members in a cluster of several groups needs --group G (65535: the metadata group)")}
 	}
 	ms := cluster.GroupMembersOf(cm, g)
-	joining := false
+	chain, joining := false, false
 	if mg, ok := cm.Group(uint64(g)); ok && mg.IsChain() {
 		// A chain counts the nodes the map wants in as members, and a
-		// rerun while they join asks for them again (PlaceMembers): no
-		// GroupConfigOf, the map's wish is all there is.
-		ms, joining = cluster.ChainWanted(*mg), len(mg.Joining) > 0
+		// rerun while they join asks for them again (PlaceMembers). Its
+		// group's own configuration says nothing of an earlier run (the
+		// map's wish is all there is) and may name a failed member its
+		// master dropped: never taken for a growth.
+		ms, chain, joining = cluster.ChainWanted(*mg), true, len(mg.Joining) > 0
 	}
 	switch {
 	case joining:
@@ -1047,7 +1049,7 @@ func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g c
 		return nil, err
 	}
 	var ids []uint64
-	if !joining {
+	if !chain {
 		if cur, err := mv.GroupConfigOf(ctx, g); err == nil {
 			ids = grownAlready(ms, cur.Members, r)
 		}

@@ -388,3 +388,77 @@ func TestHostedMasterDrainWaitsForNoJoin(t *testing.T) {
 		t.Fatalf("node 1, the head, still without a lease %v after the master started waiting for node 5's join", 2*lease)
 	}
 }
+
+// TestHostedMasterGrowthFillsAFailedMembersPlace: a chain of [1 2 3] whose
+// member 2 failed runs as [1 3] at its length, 3 (a restarted member
+// rejoins without truncating anyone). The map then wants node 4 in, alone
+// (kefir cluster add-members --replicas 3 after the failure): node 4 takes
+// the failed member's place, and the chain's length stays 3 — the length
+// the operator saw the chain lacked one member of. Counted on top of the
+// length it is 4, one more than the chain has: the master never finds the
+// chain whole again, so it keeps node 2 among the members failed since (a
+// whole-chain restart waits for it, though it may never come back), and
+// its restart would make the chain four long. The mutation growOnTop (the
+// code before) is caught.
+func TestHostedMasterGrowthFillsAFailedMembersPlace(t *testing.T) {
+	if l := growthAfterFailure(t, false); l != 3 {
+		t.Fatalf("after the growth the chain's length is %d, want 3", l)
+	}
+	if mutation.On {
+		if l := growthAfterFailure(t, true); l != 4 {
+			t.Fatalf("growOnTop: the chain's length is %d, want the mutation's 4", l)
+		}
+	}
+}
+
+// growthAfterFailure runs TestHostedMasterGrowthFillsAFailedMembersPlace's
+// chain (with the mutation growOnTop or not) and returns its length once
+// the growth is done.
+func growthAfterFailure(t *testing.T, growOnTop bool) int {
+	t.Helper()
+	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
+	t0 := time.Unix(1_000_000, 0)
+	now := t0
+	meta := &wantMeta{fakeMeta: &fakeMeta{}}
+	var sent []chain.Msg
+	cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
+		Meta: meta, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}
+	cfg.mut.growOnTop = growOnTop
+	x, err := newMaster(cfg, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := func(d time.Duration) { now = t0.Add(d); x.tick(now) }
+	has := func(typ chain.MsgType, to chain.NodeID) bool {
+		return slices.ContainsFunc(sent, func(m chain.Msg) bool { return m.Type == typ && m.To == to })
+	}
+	d := lease + 2*hb
+	tick(0)
+	tick(d) // acting from the first record
+	x.m.Fail(2)
+	tick(d + hb)
+	x.step([]chain.Msg{{Type: chain.MsgCRMidDone, From: 1, To: 9, Epoch: meta.rec.Epoch}})
+	if !slices.Equal(meta.rec.Members, []uint64{1, 3}) || x.m.Busy() || x.m.Length() != 3 {
+		t.Fatalf("after node 2's failure: record %+v, busy %v, length %d", meta.rec, x.m.Busy(), x.m.Length())
+	}
+	meta.joining = []uint64{4}
+	d += 2 * hb
+	tick(d)
+	sent = sent[:0]
+	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 4, To: 9, Seq: 1, Refused: true}})
+	if !has(chain.MsgPrecopy, 4) {
+		t.Fatalf("the wanted node was not joined: %+v", sent)
+	}
+	x.step([]chain.Msg{{Type: chain.MsgPrecopyDone, From: 4, To: 9}})
+	sent = sent[:0]
+	x.step([]chain.Msg{{Type: chain.MsgFlushAck, From: 4, To: 9}})
+	if !slices.Equal(meta.rec.Members, []uint64{1, 4, 3}) || has(chain.MsgTruncate, 3) {
+		t.Fatalf("node 4 not linked in before the tail, or the tail truncated: record %+v, sent %+v", meta.rec, sent)
+	}
+	meta.joining = nil // the map follows the record
+	tick(d + hb)
+	if x.wanting {
+		t.Fatal("the growth is not done")
+	}
+	return x.m.Length()
+}
