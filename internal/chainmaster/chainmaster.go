@@ -1101,7 +1101,7 @@ func (x *Master) tick(now time.Time) {
 // newly wanted in adds one — unless the chain, failures having dropped a
 // member, is below target without it: then it takes that member's place
 // (filled) — and one whose wish was dropped before it joined takes back
-// what it added; a node newly wanted out takes one.
+// what it added; a member newly wanted out takes one.
 //
 // A wanted node is counted once for as long as the map's Joining names it:
 // a join whose flush a failure aborted (the joiner fenced, then joined
@@ -1172,8 +1172,16 @@ func (x *Master) countWant(members []uint64) {
 	}
 	for _, id := range x.leaving {
 		if !x.seenLeave[id] {
+			// Only a member counts out: one its failure dropped before the
+			// wish (replace-node of a node the map remembers as Dropped)
+			// left a place below the target that the wish's join fills —
+			// or, if this master's length never counted it (it started
+			// after the failure), none: not counting it over-estimates,
+			// which truncates no one (as the first count).
 			x.seenLeave[id] = true
-			x.target--
+			if slices.Contains(members, id) {
+				x.target--
+			}
 		}
 	}
 }

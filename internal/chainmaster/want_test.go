@@ -400,13 +400,19 @@ func TestHostedMasterDrainWaitsForNoJoin(t *testing.T) {
 // whole-chain restart waits for it, though it may never come back), and
 // its restart would make the chain four long. The mutation growOnTop (the
 // code before) is caught.
+//
+// The same with node 2 named leaving as well (kefir cluster replace-node
+// --old 2 after its failure: the map remembers it as Dropped): node 4 takes
+// its place, and node 2, no member any more, takes nothing off the length.
 func TestHostedMasterGrowthFillsAFailedMembersPlace(t *testing.T) {
-	if l := growthAfterFailure(t, false); l != 3 {
-		t.Fatalf("after the growth the chain's length is %d, want 3", l)
-	}
-	if mutation.On {
-		if l := growthAfterFailure(t, true); l != 4 {
-			t.Fatalf("growOnTop: the chain's length is %d, want the mutation's 4", l)
+	for _, leaving := range [][]uint64{nil, {2}} {
+		if l := growthAfterFailure(t, false, leaving); l != 3 {
+			t.Fatalf("leaving %v: after the join the chain's length is %d, want 3", leaving, l)
+		}
+		if mutation.On {
+			if l := growthAfterFailure(t, true, leaving); l == 3 {
+				t.Fatalf("growOnTop, leaving %v: the chain's length is 3: the mutation is not caught", leaving)
+			}
 		}
 	}
 }
@@ -414,7 +420,7 @@ func TestHostedMasterGrowthFillsAFailedMembersPlace(t *testing.T) {
 // growthAfterFailure runs TestHostedMasterGrowthFillsAFailedMembersPlace's
 // chain (with the mutation growOnTop or not) and returns its length once
 // the growth is done.
-func growthAfterFailure(t *testing.T, growOnTop bool) int {
+func growthAfterFailure(t *testing.T, growOnTop bool, leaving []uint64) int {
 	t.Helper()
 	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
 	t0 := time.Unix(1_000_000, 0)
@@ -441,7 +447,7 @@ func growthAfterFailure(t *testing.T, growOnTop bool) int {
 	if !slices.Equal(meta.rec.Members, []uint64{1, 3}) || x.m.Busy() || x.m.Length() != 3 {
 		t.Fatalf("after node 2's failure: record %+v, busy %v, length %d", meta.rec, x.m.Busy(), x.m.Length())
 	}
-	meta.joining = []uint64{4}
+	meta.joining, meta.leaving = []uint64{4}, leaving
 	d += 2 * hb
 	tick(d)
 	sent = sent[:0]
