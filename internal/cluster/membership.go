@@ -601,7 +601,7 @@ func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member) ([]GroupChange, er
 		return nil, fmt.Errorf("node %d is a member of no group (map epoch %d): nothing to replace", old, cm.Epoch)
 	}
 	if !slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool {
-		return slices.Contains(g.Members, old) || slices.Contains(g.Members, nw.ID) || slices.Contains(g.Joining, nw.ID)
+		return slices.Contains(g.Members, old) || slices.Contains(g.Dropped, old) || slices.Contains(g.Members, nw.ID) || slices.Contains(g.Joining, nw.ID)
 	}) {
 		// A node starts only as a member of a data group (it must serve
 		// some slots' requests); the metadata group alone is not one.
@@ -730,8 +730,11 @@ func joiningNote(g kv.MapGroup) string {
 // (the wish is then the map's as it is, a no-op).
 func planChain(g kv.MapGroup, join, leave []uint64) (GroupChange, bool) {
 	in := func(id uint64) bool { return slices.Contains(g.Members, id) }
+	// A member's place, or the place of one its master dropped by failure
+	// (Dropped): a replacement joins a node in either.
+	placeOf := func(id uint64) bool { return in(id) || slices.Contains(g.Dropped, id) }
 	grow := len(leave) == 0
-	if !grow && !slices.ContainsFunc(leave, in) && !slices.ContainsFunc(join, func(id uint64) bool { return slices.Contains(g.Joining, id) }) {
+	if !grow && !slices.ContainsFunc(leave, placeOf) && !slices.ContainsFunc(join, func(id uint64) bool { return slices.Contains(g.Joining, id) }) {
 		return GroupChange{}, false
 	}
 	ch := GroupChange{Group: GroupID(g.ID), Chain: true}
@@ -739,7 +742,7 @@ func planChain(g kv.MapGroup, join, leave []uint64) (GroupChange, bool) {
 		// A growth (add-members): every joiner not linked in yet — not a
 		// member, or one still in Joining (its flush under way).
 		ch.Join = slices.DeleteFunc(slices.Clone(join), func(id uint64) bool { return in(id) && !slices.Contains(g.Joining, id) })
-	} else if slices.ContainsFunc(leave, in) {
+	} else if slices.ContainsFunc(leave, placeOf) {
 		// Joining only in place of a member: a node leaving a chain it is
 		// no longer in asks no other to join.
 		ch.Join = slices.DeleteFunc(slices.Clone(join), in)

@@ -53,10 +53,10 @@ func PlanReplacePlacedStep(cm *kv.ClusterMap, old uint64, live func(id uint64) b
 		return nil, fmt.Errorf("node %d is not a node of the cluster map (epoch %d)", old, cm.Epoch)
 	}
 	p := newPlacer(cm, func(id uint64) bool { return id != old && live(id) })
-	inData := slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return slices.Contains(g.Members, old) })
+	inData := slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return hasPlaceOf(g, old) })
 	var out []GroupChange
 	for _, g := range mapGroups(cm) {
-		if !slices.Contains(g.Members, old) || (only != 0 && GroupID(g.ID) != only) {
+		if !hasPlaceOf(g, old) || (only != 0 && GroupID(g.ID) != only) {
 			continue
 		}
 		if g.IsChain() && slices.Contains(g.Leaving, old) {
@@ -90,6 +90,33 @@ func PlanReplacePlacedStep(cm *kv.ClusterMap, old uint64, live func(id uint64) b
 		return nil, fmt.Errorf("node %d is a member of no data group (map epoch %d): only of the metadata group, which a node does not host alone", old, cm.Epoch)
 	}
 	return out, nil
+}
+
+// hasPlaceOf reports whether group g has a place of node old to re-create
+// elsewhere (replace-node --old old): old is a member; or g is a chain
+// whose master dropped old by failure (the map's Dropped: the chain runs
+// one shorter, and the place is still old's), or that is re-creating it
+// already (old leaving, a node joining: an earlier run's wish under way).
+func hasPlaceOf(g kv.MapGroup, old uint64) bool {
+	return slices.Contains(g.Members, old) ||
+		g.IsChain() && (slices.Contains(g.Dropped, old) || slices.Contains(g.Leaving, old) && len(g.Joining) > 0)
+}
+
+// DroppedFrom returns the chain groups of cm whose master dropped node id
+// by failure (kv.MapGroup's Dropped), in map order: the groups
+// PlanReplacePlaced re-creates a member of for id although id is no member
+// of them any more. The metadata leader's repairer, which replaces a node
+// dead for long, calls it to learn that a dead node has chain places left
+// to re-create — the chains drop a failed member within --fail-after, long
+// before — and PlanReplacePlaced for the steps.
+func DroppedFrom(cm *kv.ClusterMap, id uint64) []GroupID {
+	var out []GroupID
+	for _, g := range cm.Groups {
+		if g.IsChain() && slices.Contains(g.Dropped, id) {
+			out = append(out, GroupID(g.ID))
+		}
+	}
+	return out
 }
 
 // PlaceGroup returns the members of a new data group of r replicas

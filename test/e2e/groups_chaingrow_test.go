@@ -128,3 +128,61 @@ func TestGroupsChainGrowAfterFailure(t *testing.T) {
 	t.Logf("%d sync writes acknowledged (%d in the chain's slots), every one read back at nodes 1-3", len(acked), load.ChainAcks())
 	load.CheckLinearizable(t)
 }
+
+// Replacing a node its chains dropped (issues 28 and 30; docs/cluster.md
+// "Replacing or removing a chain's member"): the cluster of
+// TestGroupsChainGrowAfterFailure, node 5 SIGKILLed and dropped by the
+// chain's master, so the map names [4 3] and remembers node 5 as dropped
+// from it. `kefir cluster replace-node --old 5`, run after, re-creates
+// node 5's place on the least loaded live node not in the chain (node 1)
+// and keeps node 5 out: the map names [4 1 3], a rerun has nothing left
+// to do, and node 5 started again on its old directory is refused by the
+// master, retires its member and exits 0, rather than rejoining as a
+// fourth. The chain takes writes throughout; every acknowledged write reads
+// back at nodes 1-3, and the history is linearizable.
+func TestGroupsChainReplaceDroppedNode(t *testing.T) {
+	g := cluster.StartGroups(t, 5, "1=1,2,3:0-8191;2=4,5,3:8192-16383", "--chain-groups", "2")
+	g.WaitLeaders(20 * time.Second)
+	live := g.Addrs()[:3]
+	addr := "--addr=" + live[0]
+	load := startChainLoad(t, live)
+	load.WaitChainWrites(t, "before the failure", 30)
+
+	n5 := g.Nodes[4]
+	n5.Kill()
+	if !testgroup.Until(20*time.Second, 20*time.Millisecond, func() bool {
+		cm := localMap(live[0])
+		g2, ok := cm.Group(2)
+		return ok && slices.Equal(g2.Members, []uint64{4, 3}) && slices.Equal(g2.Dropped, []uint64{5})
+	}) {
+		t.Fatalf("the map does not name the chain [4 3] with node 5 dropped: %+v", localMap(live[0]).Groups)
+	}
+	start := time.Now()
+	out, err := kefirCluster(t, "replace-node", addr, "--old", "5")
+	if err != nil || !strings.Contains(out, "placing node 5's replica of group 2 on node 1") || !strings.Contains(out, "chain group 2 is [4 1 3]") {
+		t.Fatalf("replace-node --old 5 after the chain dropped it: %v\n%s", err, out)
+	}
+	t.Logf("replace-node --old 5 (%v):\n%s", time.Since(start).Round(10*time.Millisecond), strings.TrimSpace(out))
+	out, err = kefirCluster(t, "replace-node", addr, "--old", "5")
+	if err != nil || !strings.Contains(out, "nothing left to do") || strings.Contains(out, "placing") {
+		t.Fatalf("a rerun of replace-node --old 5: %v\n%s", err, out)
+	}
+	load.WaitChainWrites(t, "after the replacement", 30)
+	if err := n5.StartNoWait(); err != nil {
+		t.Fatal(err)
+	}
+	if code := n5.Wait(30 * time.Second); code != 0 || !strings.Contains(n5.Logs(), "its member retires") {
+		t.Fatalf("node 5 on its old directory: exit %d, want 0 with its member's retirement:\n%s", code, n5.Logs())
+	}
+	if ms := chainOf(live[0]); !slices.Equal(ms, []uint64{4, 1, 3}) {
+		t.Fatalf("the chain after node 5's restart: %v, want [4 1 3]", ms)
+	}
+	load.WaitChainWrites(t, "after node 5's restart", 30)
+	load.Stop()
+	acked := load.Acked()
+	for _, a := range live {
+		readBack(t, a, acked)
+	}
+	t.Logf("%d sync writes acknowledged (%d in the chain's slots), every one read back at nodes 1-3", len(acked), load.ChainAcks())
+	load.CheckLinearizable(t)
+}
