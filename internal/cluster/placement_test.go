@@ -444,3 +444,46 @@ func TestRebaseChange(t *testing.T) {
 		}
 	}
 }
+
+// Replacing a node a chain dropped (kefir cluster replace-node --old N
+// after the chain's master failed N: the map's Dropped): the chain is
+// planned as a replacement of N — a placed node (or --new) joins, N leaves
+// — although N is no member any more; a rerun while the join runs (N now
+// Leaving, the joiner in Joining) plans the same wish, one after plans
+// nothing; a node dropped from chains only is still a node to replace
+// (DroppedFrom names the chains), not "in no group".
+func TestPlanReplaceDroppedChainMember(t *testing.T) {
+	all := func(uint64) bool { return true }
+	// Group 1 (VR) [1 2 3]; chain 2 [4 3], node 5 dropped from it.
+	cm := &kv.ClusterMap{Epoch: 6, Nodes: placeNodes(1, 2, 3, 4, 5),
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}}, {ID: 2, Members: []uint64{4, 3}, Engine: kv.EngineChain, Dropped: []uint64{5}}}}
+	if got := DroppedFrom(cm, 5); !slices.Equal(got, []GroupID{2}) {
+		t.Fatalf("DroppedFrom(5): %v, want [2]", got)
+	}
+	want := GroupChange{Group: 2, Chain: true, Join: []uint64{1}, Leave: []uint64{5}, Members: []uint64{4, 1, 3}}
+	same := func(p []GroupChange) bool {
+		return len(p) == 1 && p[0].Group == want.Group && p[0].Chain && slices.Equal(p[0].Join, want.Join) &&
+			slices.Equal(p[0].Leave, want.Leave) && slices.Equal(p[0].Members, want.Members)
+	}
+	// Nodes 1 and 2 host two replicas each (group 1, the metadata group):
+	// node 1, the lower id.
+	if plan, err := PlanReplacePlaced(cm, 5, all); err != nil || !same(plan) {
+		t.Fatalf("replace-node --old 5, placed: %+v %v, want %+v", plan, err, want)
+	}
+	if plan, err := PlanNodeChange(cm, 5, Member{ID: 1, ClientAddr: "c", PeerAddr: "p"}); err != nil || !same(plan) {
+		t.Fatalf("replace-node --old 5 --new 1: %+v %v, want %+v", plan, err, want)
+	}
+	// The wish recorded (kv: 5 leaves Dropped for Leaving), 1 joining.
+	g := &cm.Groups[1]
+	g.Dropped, g.Leaving, g.Joining = nil, []uint64{5}, []uint64{1}
+	if plan, err := PlanReplacePlaced(cm, 5, all); err != nil || !same(plan) || ChainChangeDone(cm, plan[0]) {
+		t.Fatalf("a rerun while 1 joins: %+v %v", plan, err)
+	}
+	g.Members, g.Joining = []uint64{4, 1, 3}, nil
+	if plan, err := PlanReplacePlaced(cm, 5, all); err != nil || len(plan) != 0 {
+		t.Fatalf("a rerun once done: %+v %v, want nothing", plan, err)
+	}
+	if DroppedFrom(cm, 5) != nil {
+		t.Fatal("DroppedFrom after the replacement: want none")
+	}
+}
