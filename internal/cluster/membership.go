@@ -573,9 +573,10 @@ func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member) ([]GroupChange, er
 	var out []GroupChange
 	for _, g := range mapGroups(cm) {
 		if g.IsChain() {
-			// Planned while the map's chain still has old, or still waits
-			// for nw to join (a rerun while the master carries it out: a
-			// failed old is out of the record already).
+			// Planned while the map's chain still has old (or remembers it
+			// as dropped by failure: Dropped), or still waits for nw to
+			// join (a rerun while the master carries it out: a failed old
+			// is out of the record already).
 			if ch, ok := planChain(g, []uint64{nw.ID}, []uint64{old}); ok {
 				if slices.Contains(g.Leaving, nw.ID) {
 					// Its member there retired on disk, and its node never
@@ -722,8 +723,9 @@ func joiningNote(g kv.MapGroup) string {
 
 // planChain plans the change of chain group g that removes leave and, in
 // their place, joins join (nodes of the map); ok false when g has nothing
-// to do with it: none of leave a member and none of join wanted or
-// joining. Without leave it is a growth: every one of join not linked in
+// to do with it: none of leave a member (nor a member its master dropped
+// by failure: the map's Dropped, whose place a replacement re-creates) and
+// none of join wanted or joining. Without leave it is a growth: every one of join not linked in
 // yet joins (planChainGrowth). A change the chain made already in part (a rerun) plans what is
 // left: a joiner already a member is not asked again, and a leaving node
 // already out of the chain is still named, so that the map keeps it out

@@ -24,7 +24,8 @@ import (
 // PlanReplacePlaced returns, for a cluster of several groups whose map is
 // cm, the groups to change to re-create node old's replicas on other nodes
 // of the map, in group order (the metadata group last, if old is one of its
-// members): each group gets, in old's place, the node that live reports up,
+// members) — a chain group also when its master dropped old by failure
+// already (hasPlaceOf: the map's Dropped): each group gets, in old's place, the node that live reports up,
 // is not in the group (nor joining or leaving it, for a chain), and hosts
 // the fewest replicas of the map's groups, the plan's earlier choices
 // counted, ties to the lower id; the metadata group only a node that is

@@ -460,6 +460,9 @@ func TestPlanReplaceDroppedChainMember(t *testing.T) {
 	if got := DroppedFrom(cm, 5); !slices.Equal(got, []GroupID{2}) {
 		t.Fatalf("DroppedFrom(5): %v, want [2]", got)
 	}
+	if st := (ClusterStatus{Map: cm}).String(); !strings.Contains(st, "2  members [4 3] (a chain, head first) (dropped by failure: [5]; kefir cluster replace-node --old N re-creates one elsewhere)") {
+		t.Fatalf("kefir cluster status names no dropped member:\n%s", st)
+	}
 	want := GroupChange{Group: 2, Chain: true, Join: []uint64{1}, Leave: []uint64{5}, Members: []uint64{4, 1, 3}}
 	same := func(p []GroupChange) bool {
 		return len(p) == 1 && p[0].Group == want.Group && p[0].Chain && slices.Equal(p[0].Join, want.Join) &&
