@@ -337,26 +337,18 @@ func TestHostedMasterWantedJoinAbortedCountsOnce(t *testing.T) {
 // meanwhile — without one the head takes no writes, for as long as node 5
 // takes to start, if ever.
 func TestHostedMasterDrainWaitsForNoJoin(t *testing.T) {
-	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
-	t0 := time.Unix(1_000_000, 0)
-	now := t0
+	const hb, lease = wantHB, wantLease
 	meta := &wantMeta{fakeMeta: &fakeMeta{}}
-	var sent []chain.Msg
-	cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
-		Meta: meta, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}
-	x, err := newMaster(cfg, func() time.Time { return now })
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := func(d time.Duration) { now = t0.Add(d) }
-	tick := func(d time.Duration) { at(d); x.tick(now) }
+	w := newWantRun(t, meta, nil)
+	x, at, tick := w.x, w.at, w.tick
+	sent := &w.sent
 	seq := uint64(0)
 	granted := func(d time.Duration, id chain.NodeID) bool {
 		at(d)
-		sent = sent[:0]
+		*sent = (*sent)[:0]
 		seq++
 		x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: seq}})
-		return slices.ContainsFunc(sent, func(m chain.Msg) bool {
+		return slices.ContainsFunc(*sent, func(m chain.Msg) bool {
 			return m.Type == chain.MsgHeartbeat && m.To == id && slices.Contains(m.Members, id)
 		})
 	}
@@ -422,21 +414,12 @@ func TestHostedMasterGrowthFillsAFailedMembersPlace(t *testing.T) {
 // the growth is done.
 func growthAfterFailure(t *testing.T, growOnTop bool, leaving []uint64) int {
 	t.Helper()
-	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
-	t0 := time.Unix(1_000_000, 0)
-	now := t0
+	const hb, lease = wantHB, wantLease
 	meta := &wantMeta{fakeMeta: &fakeMeta{}}
-	var sent []chain.Msg
-	cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
-		Meta: meta, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}
-	cfg.mut.growOnTop = growOnTop
-	x, err := newMaster(cfg, func() time.Time { return now })
-	if err != nil {
-		t.Fatal(err)
-	}
-	tick := func(d time.Duration) { now = t0.Add(d); x.tick(now) }
+	w := newWantRun(t, meta, func(c *Config) { c.mut.growOnTop = growOnTop })
+	x, tick := w.x, w.tick
 	has := func(typ chain.MsgType, to chain.NodeID) bool {
-		return slices.ContainsFunc(sent, func(m chain.Msg) bool { return m.Type == typ && m.To == to })
+		return slices.ContainsFunc(w.sent, func(m chain.Msg) bool { return m.Type == typ && m.To == to })
 	}
 	d := lease + 2*hb
 	tick(0)
@@ -450,16 +433,16 @@ func growthAfterFailure(t *testing.T, growOnTop bool, leaving []uint64) int {
 	meta.joining, meta.leaving = []uint64{4}, leaving
 	d += 2 * hb
 	tick(d)
-	sent = sent[:0]
+	w.sent = w.sent[:0]
 	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 4, To: 9, Seq: 1, Refused: true}})
 	if !has(chain.MsgPrecopy, 4) {
-		t.Fatalf("the wanted node was not joined: %+v", sent)
+		t.Fatalf("the wanted node was not joined: %+v", w.sent)
 	}
 	x.step([]chain.Msg{{Type: chain.MsgPrecopyDone, From: 4, To: 9}})
-	sent = sent[:0]
+	w.sent = w.sent[:0]
 	x.step([]chain.Msg{{Type: chain.MsgFlushAck, From: 4, To: 9}})
 	if !slices.Equal(meta.rec.Members, []uint64{1, 4, 3}) || has(chain.MsgTruncate, 3) {
-		t.Fatalf("node 4 not linked in before the tail, or the tail truncated: record %+v, sent %+v", meta.rec, sent)
+		t.Fatalf("node 4 not linked in before the tail, or the tail truncated: record %+v, sent %+v", meta.rec, w.sent)
 	}
 	meta.joining = nil // the map follows the record
 	tick(d + hb)
@@ -468,3 +451,37 @@ func growthAfterFailure(t *testing.T, growOnTop bool, leaving []uint64) int {
 	}
 	return x.m.Length()
 }
+
+// The clock and timeouts of the hosted-master tests driven by hand.
+const wantHB, wantLease = 50 * time.Millisecond, 500 * time.Millisecond
+
+// wantRun is a hosted master of [1 2 3] on meta, driven by a test on its
+// own clock: at sets the clock to d after the start, tick ticks the master
+// there, and sent collects what it sends.
+type wantRun struct {
+	x    *Master
+	now  time.Time
+	t0   time.Time
+	sent []chain.Msg
+}
+
+// newWantRun makes it (with cfg's changes: mutations).
+func newWantRun(t *testing.T, meta *wantMeta, cfg func(*Config)) *wantRun {
+	t.Helper()
+	w := &wantRun{t0: time.Unix(1_000_000, 0)}
+	w.now = w.t0
+	c := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: wantHB, Lease: wantLease, FailAfter: 2 * wantLease,
+		Meta: meta, Send: func(_ uint64, m *chain.Msg) { w.sent = append(w.sent, *m) }}
+	if cfg != nil {
+		cfg(&c)
+	}
+	x, err := newMaster(c, func() time.Time { return w.now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.x = x
+	return w
+}
+
+func (w *wantRun) at(d time.Duration)   { w.now = w.t0.Add(d) }
+func (w *wantRun) tick(d time.Duration) { w.at(d); w.x.tick(w.now) }

@@ -65,6 +65,32 @@ func (l *chainLoad) WaitChainWrites(t *testing.T, what string, n int) {
 	}
 }
 
+// startChainCluster starts the chain tests' cluster — five nodes, a VR
+// group 1 on nodes 1-3 (the metadata members, where the chain's masters
+// run) and a chain group 2 of [4 5 3] — and the load through nodes 1-3,
+// their client addresses live.
+func startChainCluster(t *testing.T) (g *cluster.Groups, live []string, load *chainLoad) {
+	t.Helper()
+	g = cluster.StartGroups(t, 5, "1=1,2,3:0-8191;2=4,5,3:8192-16383", "--chain-groups", "2")
+	g.WaitLeaders(20 * time.Second)
+	live = g.Addrs()[:3]
+	return g, live, startChainLoad(t, live)
+}
+
+// Finish stops the load and fails the test unless every acknowledged
+// write reads back at each of addrs and the checked history is
+// linearizable.
+func (l *chainLoad) Finish(t *testing.T, addrs []string) {
+	t.Helper()
+	l.Stop()
+	acked := l.Acked()
+	for _, a := range addrs {
+		readBack(t, a, acked)
+	}
+	t.Logf("%d sync writes acknowledged (%d in the chain's slots), every one read back at %v", len(acked), l.ChainAcks(), addrs)
+	l.CheckLinearizable(t)
+}
+
 // chainOf is chain group 2's members as node addr's map names them (nil:
 // no map).
 func chainOf(addr string) []uint64 {
@@ -91,11 +117,8 @@ func chainOf(addr string) []uint64 {
 // acknowledged write reads back at nodes 1-3, and the history is
 // linearizable.
 func TestGroupsChainGrowAfterFailure(t *testing.T) {
-	g := cluster.StartGroups(t, 5, "1=1,2,3:0-8191;2=4,5,3:8192-16383", "--chain-groups", "2")
-	g.WaitLeaders(20 * time.Second)
-	live := g.Addrs()[:3]
+	g, live, load := startChainCluster(t)
 	addr := "--addr=" + live[0]
-	load := startChainLoad(t, live)
 	load.WaitChainWrites(t, "before the failure", 30)
 
 	g.Nodes[4].Kill()
@@ -120,13 +143,7 @@ func TestGroupsChainGrowAfterFailure(t *testing.T) {
 		t.Fatalf("a rerun of add-members --group 2 --replicas 3: %v\n%s", err, out)
 	}
 	load.WaitChainWrites(t, "after the growth", 30)
-	load.Stop()
-	acked := load.Acked()
-	for _, a := range live {
-		readBack(t, a, acked)
-	}
-	t.Logf("%d sync writes acknowledged (%d in the chain's slots), every one read back at nodes 1-3", len(acked), load.ChainAcks())
-	load.CheckLinearizable(t)
+	load.Finish(t, live)
 }
 
 // Replacing a node its chains dropped (issues 28 and 30; docs/cluster.md
@@ -141,11 +158,8 @@ func TestGroupsChainGrowAfterFailure(t *testing.T) {
 // fourth. The chain takes writes throughout; every acknowledged write reads
 // back at nodes 1-3, and the history is linearizable.
 func TestGroupsChainReplaceDroppedNode(t *testing.T) {
-	g := cluster.StartGroups(t, 5, "1=1,2,3:0-8191;2=4,5,3:8192-16383", "--chain-groups", "2")
-	g.WaitLeaders(20 * time.Second)
-	live := g.Addrs()[:3]
+	g, live, load := startChainCluster(t)
 	addr := "--addr=" + live[0]
-	load := startChainLoad(t, live)
 	load.WaitChainWrites(t, "before the failure", 30)
 
 	n5 := g.Nodes[4]
@@ -178,11 +192,5 @@ func TestGroupsChainReplaceDroppedNode(t *testing.T) {
 		t.Fatalf("the chain after node 5's restart: %v, want [4 1 3]", ms)
 	}
 	load.WaitChainWrites(t, "after node 5's restart", 30)
-	load.Stop()
-	acked := load.Acked()
-	for _, a := range live {
-		readBack(t, a, acked)
-	}
-	t.Logf("%d sync writes acknowledged (%d in the chain's slots), every one read back at nodes 1-3", len(acked), load.ChainAcks())
-	load.CheckLinearizable(t)
+	load.Finish(t, live)
 }

@@ -32,11 +32,8 @@ import (
 // member and exits 0; node 7 restarts from its directory alone and is
 // joined again.
 func TestGroupsChainReplaceNode(t *testing.T) {
-	g := cluster.StartGroups(t, 5, "1=1,2,3:0-8191;2=4,5,3:8192-16383", "--chain-groups", "2")
-	g.WaitLeaders(20 * time.Second)
-	live := g.Addrs()[:3]
+	g, live, load := startChainCluster(t)
 	addr := "--addr=" + live[0]
-	load := startChainLoad(t, live)
 	keys := load.keys
 	waitChainWrites := func(what string, n int) {
 		t.Helper()
@@ -101,13 +98,7 @@ func TestGroupsChainReplaceNode(t *testing.T) {
 		t.Fatalf("node 6 did not retire and exit 0 (exit %d):\n%s", code, n6.Logs())
 	}
 	waitChainWrites("after the removal", 30)
-	load.Stop()
-	acked := load.Acked()
-	for _, a := range append(slices.Clone(live), n7.ClientAddr) {
-		readBack(t, a, acked)
-	}
-	t.Logf("%d sync writes acknowledged (%d in the chain's slots), every one read back at nodes 1-3 and 7", len(acked), load.ChainAcks())
-	load.CheckLinearizable(t)
+	load.Finish(t, append(slices.Clone(live), n7.ClientAddr))
 
 	// Node 4, the replaced head, on its old directory with its old flags:
 	// its member restarts as a joiner, the master refuses to join it (the
