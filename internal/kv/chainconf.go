@@ -52,7 +52,9 @@ import (
 //	                  that are not members yet and loses the nodes to
 //	                  remove (a join given up); its Leaving gains the nodes
 //	                  to remove (and loses the nodes to add: an operator
-//	                  taking a node back). The same wish again is a no-op
+//	                  taking a node back); its Dropped loses the nodes
+//	                  named, and, for a wish with no node to remove, one
+//	                  (the oldest) per node it adds. The same wish again is a no-op
 //	                  whatever the epoch (a rerun). Refused for a group
 //	                  that is not a chain of the map, a node that is not a
 //	                  node of the map, named twice or both added and
@@ -335,8 +337,20 @@ func chainWant(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	ng, _ := n.Group(w.Group)
 	ng.Joining, ng.Leaving = join, leave
 	// A dropped member the wish names is the wish's now: replaced (it
-	// leaves), or wanted back.
+	// leaves), or wanted back. A growth (no node to remove) takes the
+	// places failures left first, the oldest first, as the master counts
+	// it (a joiner fills a place below the chain's length): those are
+	// re-created, not left for a replace-node to re-create again.
 	ng.Dropped = dropIDs(g.Dropped, all)
+	if len(w.Leave) == 0 {
+		added := 0
+		for _, id := range w.Join {
+			if !slices.Contains(g.Joining, id) && !slices.Contains(g.Members, id) {
+				added++
+			}
+		}
+		ng.Dropped = dropIDs(ng.Dropped, ng.Dropped[:min(added, len(ng.Dropped))])
+	}
 	// As AddNode: the epoch moves so pollers learn the wish (the joining
 	// node opens its member by it), but not while a move is in flight.
 	if len(n.Moves) == 0 {

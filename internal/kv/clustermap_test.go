@@ -696,8 +696,8 @@ func TestMapFollowsTheChain(t *testing.T) {
 // TestMapRemembersTheChainsDroppedMembers: a member the chain's record
 // loses without a wish (its master failed it) is Dropped in the map, until
 // it is a member again (a rejoin), a wish names it (replace-node: it
-// leaves), or it leaves the map; a member a wish took out is not (it is
-// Leaving). The map keeps it through its encoding.
+// leaves), a growth takes its place (add-members), or it leaves the map;
+// a member a wish took out is not (it is Leaving).
 func TestMapRemembersTheChainsDroppedMembers(t *testing.T) {
 	m := mem{}
 	apply := applier(t, m)
@@ -764,6 +764,20 @@ func TestMapRemembersTheChainsDroppedMembers(t *testing.T) {
 	}
 	if g := chain(); g.Dropped != nil {
 		t.Fatalf("after node 5 left the map: %+v", g)
+	}
+	// A growth takes a dropped place (add-members after a failure): it is
+	// re-created, not left for a replace-node to re-create again.
+	set(2, 3)
+	set(2)
+	if g := chain(); !slices.Equal(g.Dropped, []uint64{3}) {
+		t.Fatalf("after 3's failure: %+v", g)
+	}
+	w = MapChainWant{Group: 3, Epoch: readMap(t, m).Epoch, Join: []uint64{1}}
+	if _, err := apply(&Op{Kind: KindMapChainWant, Key: AppendMapChainWant(nil, w)}); err != nil {
+		t.Fatal(err)
+	}
+	if g := chain(); g.Dropped != nil || !slices.Equal(g.Joining, []uint64{1}) {
+		t.Fatalf("after the growth by 1, node 3 dropped: %+v, want 1 joining and nothing dropped", g)
 	}
 }
 

@@ -138,6 +138,11 @@ func TestGroupsChainGrowAfterFailure(t *testing.T) {
 			t.Fatalf("node %s's map names the chain %v, want [4 1 3]", a, chainOf(a))
 		}
 	}
+	// Node 1 took node 5's place: the map no longer keeps it for a
+	// replace-node to re-create.
+	if cm := localMap(live[0]); cm == nil || func() bool { g2, ok := cm.Group(2); return !ok || g2.Dropped != nil }() {
+		t.Fatalf("node 1's map after the growth: %+v, want chain 2 with nothing dropped", cm)
+	}
 	out, err = kefirCluster(t, "add-members", addr, "--group", "2", "--replicas", "3")
 	if err != nil || !strings.Contains(out, "nothing left to do") || strings.Contains(out, "placing") {
 		t.Fatalf("a rerun of add-members --group 2 --replicas 3: %v\n%s", err, out)
