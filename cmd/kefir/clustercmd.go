@@ -736,7 +736,7 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	old := fs.Uint64("old", 0, "replace-node: the member to replace (its node may be down)")
 	nw := fs.String("new", "", "replace-node: the new member as ID@PEER-ADDR/CLIENT-ADDR (start it with kefir server --join, before or after; none in a cluster of several groups: the map's live nodes take the old node's replicas); add-members: the new members, comma-separated (a node of the map by its id alone)")
 	ids := fs.String("id", "", "remove-node: the members to remove, comma-separated")
-	replicas := fs.Int("replicas", 0, "add-members without --new, in a cluster of several groups: grow the group to this many members (odd), the new ones placed on the map's live nodes not in it, each the one hosting the fewest replicas (ties to the lower id); a rerun once the group has them does nothing")
+	replicas := fs.Int("replicas", 0, "add-members without --new, in a cluster of several groups: grow the group to this many members (a VR group's odd; a chain's any), the new ones placed on the map's live nodes not in it, each the one hosting the fewest replicas (ties to the lower id); a rerun once the group has them does nothing")
 	timeout := fs.Duration("timeout", time.Minute, "deadline for the whole command")
 	asJSON := fs.Bool("json", false, "print the new configuration as JSON")
 	force := fs.Bool("force", false, "change a group even if the members its last change added have not caught up with it yet (by default the command waits --catch-up-wait for them, then refuses)")
@@ -765,8 +765,8 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 			return usageError{errors.New("add-members needs --new ID[@PEER-ADDR/CLIENT-ADDR][,...], or --replicas N to place the new members (and --group G in a cluster of several groups)")}
 		}
 		if *replicas != 0 {
-			if *replicas < 0 || *replicas%2 == 0 {
-				return usageError{fmt.Errorf("--replicas %d: a VR group's size, odd (2f+1)", *replicas)}
+			if *replicas < 0 {
+				return usageError{fmt.Errorf("--replicas %d: a group's size (a VR group's odd, 2f+1; a chain's any, at least 1)", *replicas)}
 			}
 			change = func(cluster.GroupConfig) ([]cluster.Member, error) {
 				return nil, errors.New("a single group's nodes are all its members: name the new nodes with --new ID@PEER-ADDR/CLIENT-ADDR,... (start them with kefir server --join)")
@@ -1036,7 +1036,17 @@ func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g c
 		return nil, usageError{errors.New("add-members in a cluster of several groups needs --group G (65535: the metadata group)")}
 	}
 	ms := cluster.GroupMembersOf(cm, g)
+	chain, joining := false, false
+	if mg, ok := cm.Group(uint64(g)); ok && mg.IsChain() {
+		// A chain counts the nodes the map wants in as members, and a
+		// rerun while they join asks for them again (PlaceMembers). Its
+		// group's own configuration says nothing of an earlier run (the
+		// map's wish is all there is) and may name a failed member its
+		// master dropped: never taken for a growth.
+		ms, chain, joining = cluster.ChainWanted(*mg), true, len(mg.Joining) > 0
+	}
 	switch {
+	case joining:
 	case len(ms) > r:
 		return nil, fmt.Errorf("add-members: group %d has %d members %v, more than --replicas %d (remove-node shrinks a group); nothing changed", g, len(ms), ms, r)
 	case len(ms) == r && asJSON:
@@ -1047,14 +1057,16 @@ func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g c
 		return nil, err
 	}
 	var ids []uint64
-	cur, err := mv.GroupConfigOf(ctx, g)
-	if err == nil {
-		ids = grownAlready(ms, cur.Members, r)
+	if !chain {
+		if cur, err := mv.GroupConfigOf(ctx, g); err == nil {
+			ids = grownAlready(ms, cur.Members, r)
+		}
 	}
 	if ids != nil {
-		fmt.Fprintf(stderr, "kefir cluster: %s has grown to %v already (the map does not say so yet): recording it\n", cluster.GroupName(g), cur.Members)
+		fmt.Fprintf(stderr, "kefir cluster: %s has grown to %v already (the map does not say so yet): recording it\n", cluster.GroupName(g), slices.Concat(ms, ids))
 	} else {
 		live := cluster.LiveNodes(ctx, mv, cm, 0)
+		var err error
 		if ids, err = cluster.PlaceMembers(cm, g, r, func(id uint64) bool { return live[id] }); err != nil {
 			return nil, fmt.Errorf("add-members: %w; nothing changed", err)
 		}

@@ -181,7 +181,7 @@ func TestClusterMembersRefuseReplicasElsewhere(t *testing.T) {
 	}{
 		{"replace-node", []string{"--old", "4", "--replicas", "5"}},
 		{"remove-node", []string{"--id", "4", "--replicas", "3"}},
-		{"add-members", []string{"--group", "3", "--replicas", "4"}},
+		{"add-members", []string{"--group", "3", "--replicas", "-1"}},
 	} {
 		err := runClusterMembers(c.cmd, append([]string{"--addr", "127.0.0.1:1", "--timeout", "1s"}, c.args...), io.Discard, io.Discard)
 		var u usageError

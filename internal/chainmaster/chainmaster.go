@@ -177,6 +177,9 @@ type mutations struct {
 	// joinLeaving: a node the map wants out of the chain (Leaving) is
 	// joined again when it asks, as any node that is not a replica.
 	joinLeaving bool
+	// growOnTop: a node wanted in always lengthens the chain, even one
+	// that takes a failed member's place (the code before filled).
+	growOnTop bool
 }
 
 // Meta is the metadata group as a hosted master uses it, at one node.
@@ -249,6 +252,10 @@ type Master struct {
 	target              int
 	seenJoin, seenLeave map[uint64]bool
 	counted             bool
+	// filled: nodes wanted in that take a failed member's place (the
+	// chain was below target without them), which target does not count
+	// again.
+	filled map[uint64]bool
 
 	// learnUntil: until when the master only learns the chain from the
 	// heartbeats (zero once it has), with what it learnt.
@@ -408,7 +415,7 @@ func newMaster(cfg Config, now func() time.Time) (*Master, error) {
 		learnUntil: now().Add(cfg.FailAfter), learner: NewLearner(ids),
 		progress: map[uint64]progress{}, committed: &kv.ChainConfig{Group: cfg.Group, Members: slices.Clone(cfg.Members)},
 		length: len(cfg.Members), granted: map[uint64]time.Time{}, draining: map[uint64]time.Time{},
-		seenJoin: map[uint64]bool{}, seenLeave: map[uint64]bool{}}
+		seenJoin: map[uint64]bool{}, seenLeave: map[uint64]bool{}, filled: map[uint64]bool{}}
 	x.m = x.newCore(ids, 0)
 	if cfg.Meta != nil {
 		// The record is the configuration: nothing to learn, and nothing
@@ -1091,8 +1098,10 @@ func (x *Master) tick(now time.Time) {
 }
 
 // countWant keeps target, the length the wanted changes lead to: a node
-// newly wanted in adds one (and one whose wish was dropped before it joined
-// takes it back), a node newly wanted out takes one.
+// newly wanted in adds one — unless the chain, failures having dropped a
+// member, is below target without it: then it takes that member's place
+// (filled) — and one whose wish was dropped before it joined takes back
+// what it added; a member newly wanted out takes one.
 //
 // A wanted node is counted once for as long as the map's Joining names it:
 // a join whose flush a failure aborted (the joiner fenced, then joined
@@ -1111,6 +1120,7 @@ func (x *Master) countWant(members []uint64) {
 		x.counted, x.target = true, max(x.length, n)
 		clear(x.seenJoin)
 		clear(x.seenLeave)
+		clear(x.filled)
 		for _, id := range x.leaving {
 			// Out of the chain already: length (the configured members', or
 			// what a change left) may or may not count it; not counting it
@@ -1125,8 +1135,24 @@ func (x *Master) countWant(members []uint64) {
 	}
 	for _, id := range x.joining {
 		if _, ok := x.seenJoin[id]; !ok {
+			// The chain as wanted without it: its members and the nodes
+			// wanted in before it that are not linked in yet. Below the
+			// target, it takes the place of a member failures dropped
+			// (the chain runs at its length, one short: kefir cluster
+			// add-members after a failure) rather than lengthen it: the
+			// operator asked for the members the map showed and one more.
+			have := len(slices.DeleteFunc(slices.Clone(members), func(m uint64) bool { return m == id }))
+			for j := range x.seenJoin {
+				if !slices.Contains(members, j) {
+					have++
+				}
+			}
 			x.seenJoin[id] = false
-			x.target++
+			if have < x.target && !(mutation.On && x.cfg.mut.growOnTop) {
+				x.filled[id] = true
+			} else {
+				x.target++
+			}
 		}
 	}
 	// seenJoin: whether the node was seen linked in (a member, its flush
@@ -1138,15 +1164,24 @@ func (x *Master) countWant(members []uint64) {
 		}
 		if !slices.Contains(x.joining, id) {
 			delete(x.seenJoin, id)
-			if !linked && !member {
+			if !linked && !member && !x.filled[id] {
 				x.target-- // no longer wanted, never joined
 			}
+			delete(x.filled, id)
 		}
 	}
 	for _, id := range x.leaving {
 		if !x.seenLeave[id] {
+			// Only a member counts out: one its failure dropped before the
+			// wish (replace-node of a node the map remembers as Dropped)
+			// left a place below the target that the wish's join fills —
+			// or, if this master's length never counted it (it started
+			// after the failure), none: not counting it over-estimates,
+			// which truncates no one (as the first count).
 			x.seenLeave[id] = true
-			x.target--
+			if slices.Contains(members, id) {
+				x.target--
+			}
 		}
 	}
 }

@@ -337,26 +337,18 @@ func TestHostedMasterWantedJoinAbortedCountsOnce(t *testing.T) {
 // meanwhile — without one the head takes no writes, for as long as node 5
 // takes to start, if ever.
 func TestHostedMasterDrainWaitsForNoJoin(t *testing.T) {
-	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
-	t0 := time.Unix(1_000_000, 0)
-	now := t0
+	const hb, lease = wantHB, wantLease
 	meta := &wantMeta{fakeMeta: &fakeMeta{}}
-	var sent []chain.Msg
-	cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
-		Meta: meta, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}
-	x, err := newMaster(cfg, func() time.Time { return now })
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := func(d time.Duration) { now = t0.Add(d) }
-	tick := func(d time.Duration) { at(d); x.tick(now) }
+	w := newWantRun(t, meta, nil)
+	x, at, tick := w.x, w.at, w.tick
+	sent := &w.sent
 	seq := uint64(0)
 	granted := func(d time.Duration, id chain.NodeID) bool {
 		at(d)
-		sent = sent[:0]
+		*sent = (*sent)[:0]
 		seq++
 		x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: seq}})
-		return slices.ContainsFunc(sent, func(m chain.Msg) bool {
+		return slices.ContainsFunc(*sent, func(m chain.Msg) bool {
 			return m.Type == chain.MsgHeartbeat && m.To == id && slices.Contains(m.Members, id)
 		})
 	}
@@ -388,3 +380,108 @@ func TestHostedMasterDrainWaitsForNoJoin(t *testing.T) {
 		t.Fatalf("node 1, the head, still without a lease %v after the master started waiting for node 5's join", 2*lease)
 	}
 }
+
+// TestHostedMasterGrowthFillsAFailedMembersPlace: a chain of [1 2 3] whose
+// member 2 failed runs as [1 3] at its length, 3 (a restarted member
+// rejoins without truncating anyone). The map then wants node 4 in, alone
+// (kefir cluster add-members --replicas 3 after the failure): node 4 takes
+// the failed member's place, and the chain's length stays 3 — the length
+// the operator saw the chain lacked one member of. Counted on top of the
+// length it is 4, one more than the chain has: the master never finds the
+// chain whole again, so it keeps node 2 among the members failed since (a
+// whole-chain restart waits for it, though it may never come back), and
+// its restart would make the chain four long. The mutation growOnTop (the
+// code before) is caught.
+//
+// The same with node 2 named leaving as well (kefir cluster replace-node
+// --old 2 after its failure: the map remembers it as Dropped): node 4 takes
+// its place, and node 2, no member any more, takes nothing off the length.
+func TestHostedMasterGrowthFillsAFailedMembersPlace(t *testing.T) {
+	for _, leaving := range [][]uint64{nil, {2}} {
+		if l := growthAfterFailure(t, false, leaving); l != 3 {
+			t.Fatalf("leaving %v: after the join the chain's length is %d, want 3", leaving, l)
+		}
+		if mutation.On {
+			if l := growthAfterFailure(t, true, leaving); l == 3 {
+				t.Fatalf("growOnTop, leaving %v: the chain's length is 3: the mutation is not caught", leaving)
+			}
+		}
+	}
+}
+
+// growthAfterFailure runs TestHostedMasterGrowthFillsAFailedMembersPlace's
+// chain (with the mutation growOnTop or not) and returns its length once
+// the growth is done.
+func growthAfterFailure(t *testing.T, growOnTop bool, leaving []uint64) int {
+	t.Helper()
+	const hb, lease = wantHB, wantLease
+	meta := &wantMeta{fakeMeta: &fakeMeta{}}
+	w := newWantRun(t, meta, func(c *Config) { c.mut.growOnTop = growOnTop })
+	x, tick := w.x, w.tick
+	has := func(typ chain.MsgType, to chain.NodeID) bool {
+		return slices.ContainsFunc(w.sent, func(m chain.Msg) bool { return m.Type == typ && m.To == to })
+	}
+	d := lease + 2*hb
+	tick(0)
+	tick(d) // acting from the first record
+	x.m.Fail(2)
+	tick(d + hb)
+	x.step([]chain.Msg{{Type: chain.MsgCRMidDone, From: 1, To: 9, Epoch: meta.rec.Epoch}})
+	if !slices.Equal(meta.rec.Members, []uint64{1, 3}) || x.m.Busy() || x.m.Length() != 3 {
+		t.Fatalf("after node 2's failure: record %+v, busy %v, length %d", meta.rec, x.m.Busy(), x.m.Length())
+	}
+	meta.joining, meta.leaving = []uint64{4}, leaving
+	d += 2 * hb
+	tick(d)
+	w.sent = w.sent[:0]
+	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 4, To: 9, Seq: 1, Refused: true}})
+	if !has(chain.MsgPrecopy, 4) {
+		t.Fatalf("the wanted node was not joined: %+v", w.sent)
+	}
+	x.step([]chain.Msg{{Type: chain.MsgPrecopyDone, From: 4, To: 9}})
+	w.sent = w.sent[:0]
+	x.step([]chain.Msg{{Type: chain.MsgFlushAck, From: 4, To: 9}})
+	if !slices.Equal(meta.rec.Members, []uint64{1, 4, 3}) || has(chain.MsgTruncate, 3) {
+		t.Fatalf("node 4 not linked in before the tail, or the tail truncated: record %+v, sent %+v", meta.rec, w.sent)
+	}
+	meta.joining = nil // the map follows the record
+	tick(d + hb)
+	if x.wanting {
+		t.Fatal("the growth is not done")
+	}
+	return x.m.Length()
+}
+
+// The clock and timeouts of the hosted-master tests driven by hand.
+const wantHB, wantLease = 50 * time.Millisecond, 500 * time.Millisecond
+
+// wantRun is a hosted master of [1 2 3] on meta, driven by a test on its
+// own clock: at sets the clock to d after the start, tick ticks the master
+// there, and sent collects what it sends.
+type wantRun struct {
+	x    *Master
+	now  time.Time
+	t0   time.Time
+	sent []chain.Msg
+}
+
+// newWantRun makes it (with cfg's changes: mutations).
+func newWantRun(t *testing.T, meta *wantMeta, cfg func(*Config)) *wantRun {
+	t.Helper()
+	w := &wantRun{t0: time.Unix(1_000_000, 0)}
+	w.now = w.t0
+	c := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: wantHB, Lease: wantLease, FailAfter: 2 * wantLease,
+		Meta: meta, Send: func(_ uint64, m *chain.Msg) { w.sent = append(w.sent, *m) }}
+	if cfg != nil {
+		cfg(&c)
+	}
+	x, err := newMaster(c, func() time.Time { return w.now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.x = x
+	return w
+}
+
+func (w *wantRun) at(d time.Duration)   { w.now = w.t0.Add(d) }
+func (w *wantRun) tick(d time.Duration) { w.at(d); w.x.tick(w.now) }

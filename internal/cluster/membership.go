@@ -573,9 +573,10 @@ func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member) ([]GroupChange, er
 	var out []GroupChange
 	for _, g := range mapGroups(cm) {
 		if g.IsChain() {
-			// Planned while the map's chain still has old, or still waits
-			// for nw to join (a rerun while the master carries it out: a
-			// failed old is out of the record already).
+			// Planned while the map's chain still has old (or remembers it
+			// as dropped by failure: Dropped), or still waits for nw to
+			// join (a rerun while the master carries it out: a failed old
+			// is out of the record already).
 			if ch, ok := planChain(g, []uint64{nw.ID}, []uint64{old}); ok {
 				if slices.Contains(g.Leaving, nw.ID) {
 					// Its member there retired on disk, and its node never
@@ -601,7 +602,7 @@ func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member) ([]GroupChange, er
 		return nil, fmt.Errorf("node %d is a member of no group (map epoch %d): nothing to replace", old, cm.Epoch)
 	}
 	if !slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool {
-		return slices.Contains(g.Members, old) || slices.Contains(g.Members, nw.ID) || slices.Contains(g.Joining, nw.ID)
+		return slices.Contains(g.Members, old) || slices.Contains(g.Dropped, old) || slices.Contains(g.Members, nw.ID) || slices.Contains(g.Joining, nw.ID)
 	}) {
 		// A node starts only as a member of a data group (it must serve
 		// some slots' requests); the metadata group alone is not one.
@@ -611,19 +612,20 @@ func PlanNodeChange(cm *kv.ClusterMap, old uint64, nw Member) ([]GroupChange, er
 }
 
 // PlanAddMembers returns, for a cluster of several groups whose map is cm,
-// the change that grows group g (a VR data group, or the metadata group)
-// by the nodes news, appended after its members (their leader order
-// stays), and which of news the map does not know yet (to record with
-// KEFIR.SLOTS META ADDNODE first); or an error before anything changes: g
-// not a group of the map, a chain (its membership is its master's), a new
-// id already a member, named twice, used in the map with other addresses
-// or below the metadata group's members (the lowest ids host it), a node
-// new to the map without both addresses or added to the metadata group
-// only (a node starts only as a member of a data group), or a member count
-// that would not be odd. A rerun after the group grew but before the map
-// recorded it plans the same list: the reconfiguration is then a no-op;
-// one after the map recorded it (every one of news a member) plans no
-// members: nothing is left to do.
+// the change that grows group g (a VR data group, the metadata group, or a
+// chain group) by the nodes news, appended after its members (their leader
+// order stays; a chain's are joined before its tail), and which of news the
+// map does not know yet (to record with KEFIR.SLOTS META ADDNODE first); or
+// an error before anything changes: g not a group of the map, a new id
+// already a member, named twice, used in the map with other addresses or
+// below the metadata group's members (the lowest ids host it), a node new
+// to the map without both addresses or added to the metadata group only (a
+// node starts only as a member of a data group), a member count that would
+// not be odd (a VR group), or a node that left the chain (planChainGrowth).
+// A rerun after the group grew but before the map recorded it plans the
+// same list: the reconfiguration is then a no-op; one after the map
+// recorded it (every one of news a member) plans no members: nothing is
+// left to do.
 func PlanAddMembers(cm *kv.ClusterMap, g GroupID, news []Member) (GroupChange, []Member, error) {
 	var grp kv.MapGroup
 	if g == MetaGroupID {
@@ -633,13 +635,18 @@ func PlanAddMembers(cm *kv.ClusterMap, g GroupID, news []Member) (GroupChange, [
 	} else {
 		return GroupChange{}, nil, fmt.Errorf("group %d is not a group of the cluster map (epoch %d)", g, cm.Epoch)
 	}
-	if grp.IsChain() {
-		return GroupChange{}, nil, errGrowChain(grp)
-	}
 	if len(news) == 0 {
 		return GroupChange{}, nil, errors.New("no member to add")
 	}
-	if !slices.ContainsFunc(news, func(m Member) bool { return !slices.Contains(grp.Members, m.ID) }) {
+	// A chain's node still joining is wanted already: an earlier run's
+	// wish under way, which the rerun waits for (planChainGrowth).
+	wanted := func(id uint64) bool {
+		return slices.Contains(grp.Members, id) || grp.IsChain() && slices.Contains(grp.Joining, id)
+	}
+	if !slices.ContainsFunc(news, func(m Member) bool { return !wanted(m.ID) }) {
+		if grp.IsChain() {
+			return planChainGrowth(grp, MemberIDs(news)), nil, nil
+		}
 		return GroupChange{Group: g}, nil, nil // a rerun after the map recorded it
 	}
 	ids := make([]uint64, 0, len(cm.Nodes)+len(news))
@@ -652,8 +659,13 @@ func PlanAddMembers(cm *kv.ClusterMap, g GroupID, news []Member) (GroupChange, [
 		if slices.ContainsFunc(news[:i], func(o Member) bool { return o.ID == m.ID }) {
 			return GroupChange{}, nil, fmt.Errorf("node %d is named twice", m.ID)
 		}
-		if slices.Contains(grp.Members, m.ID) {
-			return GroupChange{}, nil, fmt.Errorf("node %d is already a member of group %d (members %v)", m.ID, g, grp.Members)
+		if wanted(m.ID) {
+			return GroupChange{}, nil, fmt.Errorf("node %d is already a member of group %d (members %v%s)", m.ID, g, grp.Members, joiningNote(grp))
+		}
+		if grp.IsChain() && slices.Contains(grp.Leaving, m.ID) {
+			// Its member there retired on disk, and its node never reopens
+			// it: the join would wait for ever (as PlanNodeChange's).
+			return GroupChange{}, nil, fmt.Errorf("node %d left chain group %d (its member there retired): it cannot join it again; give the new node an unused id", m.ID, g)
 		}
 		j := slices.IndexFunc(cm.Nodes, func(n kv.MapNode) bool { return n.ID == m.ID })
 		switch {
@@ -674,31 +686,65 @@ func PlanAddMembers(cm *kv.ClusterMap, g GroupID, news []Member) (GroupChange, [
 		}
 		ms = append(ms, m.ID)
 	}
+	if grp.IsChain() {
+		// Any length runs (f+1 members survive f failures): no odd rule.
+		return planChainGrowth(grp, MemberIDs(news)), unknown, nil
+	}
 	if len(ms)%2 == 0 {
 		return GroupChange{}, nil, fmt.Errorf("adding %d member(s) would leave group %d with %d members (%v); a VR group needs an odd number (2f+1): add two at a time", len(news), g, len(ms), ms)
 	}
 	return GroupChange{Group: g, Members: ms}, unknown, nil
 }
 
-// errGrowChain refuses to add members to chain group g.
-func errGrowChain(g kv.MapGroup) error {
-	return fmt.Errorf("group %d is a chain (members %v): a chain's membership is its master's, and adding a member to a chain is not built (docs/design/chain.md, \"A chain in a cluster of groups\")", g.ID, g.Members)
+// planChainGrowth is the change that grows chain group g by join: a wish
+// with joiners only (KindMapChainWant), which the chain's master carries
+// out as any wanted join — the node, seeing itself in the map's Joining,
+// opens an empty member and asks; it is joined before the tail, the chain
+// kept one longer per joiner (chainmaster's countWant) — and which the
+// command waits for (ChainChangeDone). A rerun while the joins run plans
+// the wish as it is (a no-op, then the wait); one after every joiner is
+// linked in plans nothing (no Members: nothing left to do).
+func planChainGrowth(g kv.MapGroup, join []uint64) GroupChange {
+	ch, _ := planChain(g, join, nil)
+	if len(ch.Join) == 0 {
+		return GroupChange{Group: GroupID(g.ID)}
+	}
+	return ch
+}
+
+// joiningNote names chain g's nodes still joining, for an error ("" if
+// none).
+func joiningNote(g kv.MapGroup) string {
+	if len(g.Joining) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; joining %v", g.Joining)
 }
 
 // planChain plans the change of chain group g that removes leave and, in
 // their place, joins join (nodes of the map); ok false when g has nothing
-// to do with it: none of leave a member and none of join wanted or
-// joining. A change the chain made already in part (a rerun) plans what is
+// to do with it: none of leave a member (nor a member its master dropped
+// by failure: the map's Dropped, whose place a replacement re-creates) and
+// none of join wanted or joining. Without leave it is a growth: every one of join not linked in
+// yet joins (planChainGrowth). A change the chain made already in part (a rerun) plans what is
 // left: a joiner already a member is not asked again, and a leaving node
 // already out of the chain is still named, so that the map keeps it out
 // (the wish is then the map's as it is, a no-op).
 func planChain(g kv.MapGroup, join, leave []uint64) (GroupChange, bool) {
 	in := func(id uint64) bool { return slices.Contains(g.Members, id) }
-	if !slices.ContainsFunc(leave, in) && !slices.ContainsFunc(join, func(id uint64) bool { return slices.Contains(g.Joining, id) }) {
+	// A member's place, or the place of one its master dropped by failure
+	// (Dropped): a replacement joins a node in either.
+	placeOf := func(id uint64) bool { return in(id) || slices.Contains(g.Dropped, id) }
+	grow := len(leave) == 0
+	if !grow && !slices.ContainsFunc(leave, placeOf) && !slices.ContainsFunc(join, func(id uint64) bool { return slices.Contains(g.Joining, id) }) {
 		return GroupChange{}, false
 	}
 	ch := GroupChange{Group: GroupID(g.ID), Chain: true}
-	if slices.ContainsFunc(leave, in) {
+	if grow {
+		// A growth (add-members): every joiner not linked in yet — not a
+		// member, or one still in Joining (its flush under way).
+		ch.Join = slices.DeleteFunc(slices.Clone(join), func(id uint64) bool { return in(id) && !slices.Contains(g.Joining, id) })
+	} else if slices.ContainsFunc(leave, placeOf) {
 		// Joining only in place of a member: a node leaving a chain it is
 		// no longer in asks no other to join.
 		ch.Join = slices.DeleteFunc(slices.Clone(join), in)

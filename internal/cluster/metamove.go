@@ -368,6 +368,11 @@ func (st ClusterStatus) String() string {
 			if len(g.Joining) > 0 || len(leaving) > 0 {
 				engine += fmt.Sprintf(" (changing: joining %v, leaving %v)", g.Joining, leaving)
 			}
+			// Members its master failed, their places still theirs: a
+			// restart rejoins them, replace-node re-creates them elsewhere.
+			if len(g.Dropped) > 0 {
+				engine += fmt.Sprintf(" (dropped by failure: %v; kefir cluster replace-node --old N re-creates one elsewhere)", g.Dropped)
+			}
 		}
 		fmt.Fprintf(&b, "  %d  members %v%s  leader %s  slots %s (%d)\n", g.ID, g.Members, engine, leader, slots, n)
 	}

@@ -24,7 +24,8 @@ import (
 // PlanReplacePlaced returns, for a cluster of several groups whose map is
 // cm, the groups to change to re-create node old's replicas on other nodes
 // of the map, in group order (the metadata group last, if old is one of its
-// members): each group gets, in old's place, the node that live reports up,
+// members) — a chain group also when its master dropped old by failure
+// already (hasPlaceOf: the map's Dropped): each group gets, in old's place, the node that live reports up,
 // is not in the group (nor joining or leaving it, for a chain), and hosts
 // the fewest replicas of the map's groups, the plan's earlier choices
 // counted, ties to the lower id; the metadata group only a node that is
@@ -53,10 +54,10 @@ func PlanReplacePlacedStep(cm *kv.ClusterMap, old uint64, live func(id uint64) b
 		return nil, fmt.Errorf("node %d is not a node of the cluster map (epoch %d)", old, cm.Epoch)
 	}
 	p := newPlacer(cm, func(id uint64) bool { return id != old && live(id) })
-	inData := slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return slices.Contains(g.Members, old) })
+	inData := slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return hasPlaceOf(g, old) })
 	var out []GroupChange
 	for _, g := range mapGroups(cm) {
-		if !slices.Contains(g.Members, old) || (only != 0 && GroupID(g.ID) != only) {
+		if !hasPlaceOf(g, old) || (only != 0 && GroupID(g.ID) != only) {
 			continue
 		}
 		if g.IsChain() && slices.Contains(g.Leaving, old) {
@@ -90,6 +91,33 @@ func PlanReplacePlacedStep(cm *kv.ClusterMap, old uint64, live func(id uint64) b
 		return nil, fmt.Errorf("node %d is a member of no data group (map epoch %d): only of the metadata group, which a node does not host alone", old, cm.Epoch)
 	}
 	return out, nil
+}
+
+// hasPlaceOf reports whether group g has a place of node old to re-create
+// elsewhere (replace-node --old old): old is a member; or g is a chain
+// whose master dropped old by failure (the map's Dropped: the chain runs
+// one shorter, and the place is still old's), or that is re-creating it
+// already (old leaving, a node joining: an earlier run's wish under way).
+func hasPlaceOf(g kv.MapGroup, old uint64) bool {
+	return slices.Contains(g.Members, old) ||
+		g.IsChain() && (slices.Contains(g.Dropped, old) || slices.Contains(g.Leaving, old) && len(g.Joining) > 0)
+}
+
+// DroppedFrom returns the chain groups of cm whose master dropped node id
+// by failure (kv.MapGroup's Dropped), in map order: the groups
+// PlanReplacePlaced re-creates a member of for id although id is no member
+// of them any more. The metadata leader's repairer, which replaces a node
+// dead for long, calls it to learn that a dead node has chain places left
+// to re-create — the chains drop a failed member within --fail-after, long
+// before — and PlanReplacePlaced for the steps.
+func DroppedFrom(cm *kv.ClusterMap, id uint64) []GroupID {
+	var out []GroupID
+	for _, g := range cm.Groups {
+		if g.IsChain() && slices.Contains(g.Dropped, id) {
+			out = append(out, GroupID(g.ID))
+		}
+	}
+	return out
 }
 
 // PlaceGroup returns the members of a new data group of r replicas
@@ -141,9 +169,12 @@ func PlacedEarlier(cm *kv.ClusterMap, r int, id uint64, engine string) (kv.MapGr
 // placement's rule among the nodes live reports up and not in g — for the
 // metadata group, only nodes in a data group — in the order chosen; none
 // if g has r members or more already (a rerun once the map recorded the
-// growth). An error, before anything changes, when g is not a group of the
-// map, is a chain (PlanAddMembers' refusal) or too few nodes are up.
-// PlanAddMembers checks the rest (an even count).
+// growth). A chain counts the nodes the map wants to join it as members
+// (and not those it wants out): the ones still joining come first in the
+// result — an earlier run's choice, asked for again (the wish is then a
+// no-op and the command waits for it) rather than placed a second time.
+// An error, before anything changes, when g is not a group of the map or
+// too few nodes are up. PlanAddMembers checks the rest (an even count).
 func PlaceMembers(cm *kv.ClusterMap, g GroupID, r int, live func(id uint64) bool) ([]uint64, error) {
 	groups := mapGroups(cm)
 	i := slices.IndexFunc(groups, func(mg kv.MapGroup) bool { return mg.ID == uint64(g) })
@@ -151,19 +182,35 @@ func PlaceMembers(cm *kv.ClusterMap, g GroupID, r int, live func(id uint64) bool
 		return nil, fmt.Errorf("group %d is not a group of the cluster map (epoch %d)", g, cm.Epoch)
 	}
 	grp := groups[i]
+	have := len(grp.Members)
+	var out []uint64
 	if grp.IsChain() {
-		return nil, errGrowChain(grp)
+		have = len(ChainWanted(grp))
+		out = slices.DeleteFunc(slices.Clone(grp.Joining), func(id uint64) bool { return slices.Contains(grp.Leaving, id) })
+		have -= len(out) // counted in out
 	}
 	p := newPlacer(cm, live)
-	var out []uint64
-	for len(grp.Members)+len(out) < r {
+	for have+len(out) < r {
 		id := p.choose(grp, out)
 		if id == 0 {
-			return nil, fmt.Errorf("group %d (members %v) grows to %d members on %d more distinct live nodes not in it; the map's nodes are %v, and %v answer (map epoch %d)%s: name the new members with --new", g, grp.Members, r, r-len(grp.Members), cm.NodeIDs(), p.live(), cm.Epoch, waitingNote(cm, live))
+			return nil, fmt.Errorf("group %d (members %v) grows to %d members on %d more distinct live nodes not in it; the map's nodes are %v, and %v answer (map epoch %d)%s: name the new members with --new", g, grp.Members, r, r-have, cm.NodeIDs(), p.live(), cm.Epoch, waitingNote(cm, live))
 		}
 		out = append(out, id)
 	}
 	return out, nil
+}
+
+// ChainWanted is the members chain g is to have once the map's wish is
+// carried out: its members and the nodes joining it, but not the nodes
+// leaving it.
+func ChainWanted(g kv.MapGroup) []uint64 {
+	ids := slices.Clone(g.Members)
+	for _, id := range g.Joining {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return slices.DeleteFunc(ids, func(id uint64) bool { return slices.Contains(g.Leaving, id) })
 }
 
 // placer is placement's rule over a map: the one copy PlanReplacePlaced,

@@ -276,9 +276,23 @@ func TestPlaceMembers(t *testing.T) {
 	if _, err := PlaceMembers(cm, 9, 5, all); err == nil || !strings.Contains(err.Error(), "group 9 is not a group") {
 		t.Fatalf("no such group: %v", err)
 	}
+	// A chain [4 5 1] grows by the same rule (any count); the nodes it
+	// is joining count as members and come first (a rerun asks for them
+	// again), the nodes leaving it do not count.
 	cm.Groups[1].Engine = kv.EngineChain
-	if _, err := PlaceMembers(cm, 2, 5, all); err == nil || !strings.Contains(err.Error(), "group 2 is a chain") {
-		t.Fatalf("a chain: %v", err)
+	if got, err := PlaceMembers(cm, 2, 4, all); err != nil || !slices.Equal(got, []uint64{6}) {
+		t.Fatalf("chain 2 to four: %v %v, want [6]", got, err)
+	}
+	cm.Groups[1].Joining = []uint64{6}
+	if got, err := PlaceMembers(cm, 2, 4, all); err != nil || !slices.Equal(got, []uint64{6}) {
+		t.Fatalf("chain 2 to four, 6 joining: %v %v, want [6] again", got, err)
+	}
+	if got, err := PlaceMembers(cm, 2, 5, all); err != nil || !slices.Equal(got, []uint64{6, 2}) {
+		t.Fatalf("chain 2 to five, 6 joining: %v %v, want [6 2]", got, err)
+	}
+	cm.Groups[1].Joining, cm.Groups[1].Leaving = nil, []uint64{5}
+	if got, err := PlaceMembers(cm, 2, 3, all); err != nil || !slices.Equal(got, []uint64{6}) {
+		t.Fatalf("chain 2 to three, 5 leaving: %v %v, want [6]", got, err)
 	}
 }
 
@@ -428,5 +442,51 @@ func TestRebaseChange(t *testing.T) {
 		if err != nil || !slices.Equal(got, c.want) {
 			t.Errorf("%s: %v %v, want %v", c.name, got, err, c.want)
 		}
+	}
+}
+
+// Replacing a node a chain dropped (kefir cluster replace-node --old N
+// after the chain's master failed N: the map's Dropped): the chain is
+// planned as a replacement of N — a placed node (or --new) joins, N leaves
+// — although N is no member any more; a rerun while the join runs (N now
+// Leaving, the joiner in Joining) plans the same wish, one after plans
+// nothing; a node dropped from chains only is still a node to replace
+// (DroppedFrom names the chains), not "in no group".
+func TestPlanReplaceDroppedChainMember(t *testing.T) {
+	all := func(uint64) bool { return true }
+	// Group 1 (VR) [1 2 3]; chain 2 [4 3], node 5 dropped from it.
+	cm := &kv.ClusterMap{Epoch: 6, Nodes: placeNodes(1, 2, 3, 4, 5),
+		Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}}, {ID: 2, Members: []uint64{4, 3}, Engine: kv.EngineChain, Dropped: []uint64{5}}}}
+	if got := DroppedFrom(cm, 5); !slices.Equal(got, []GroupID{2}) {
+		t.Fatalf("DroppedFrom(5): %v, want [2]", got)
+	}
+	if st := (ClusterStatus{Map: cm}).String(); !strings.Contains(st, "2  members [4 3] (a chain, head first) (dropped by failure: [5]; kefir cluster replace-node --old N re-creates one elsewhere)") {
+		t.Fatalf("kefir cluster status names no dropped member:\n%s", st)
+	}
+	want := GroupChange{Group: 2, Chain: true, Join: []uint64{1}, Leave: []uint64{5}, Members: []uint64{4, 1, 3}}
+	same := func(p []GroupChange) bool {
+		return len(p) == 1 && p[0].Group == want.Group && p[0].Chain && slices.Equal(p[0].Join, want.Join) &&
+			slices.Equal(p[0].Leave, want.Leave) && slices.Equal(p[0].Members, want.Members)
+	}
+	// Nodes 1 and 2 host two replicas each (group 1, the metadata group):
+	// node 1, the lower id.
+	if plan, err := PlanReplacePlaced(cm, 5, all); err != nil || !same(plan) {
+		t.Fatalf("replace-node --old 5, placed: %+v %v, want %+v", plan, err, want)
+	}
+	if plan, err := PlanNodeChange(cm, 5, Member{ID: 1, ClientAddr: "c", PeerAddr: "p"}); err != nil || !same(plan) {
+		t.Fatalf("replace-node --old 5 --new 1: %+v %v, want %+v", plan, err, want)
+	}
+	// The wish recorded (kv: 5 leaves Dropped for Leaving), 1 joining.
+	g := &cm.Groups[1]
+	g.Dropped, g.Leaving, g.Joining = nil, []uint64{5}, []uint64{1}
+	if plan, err := PlanReplacePlaced(cm, 5, all); err != nil || !same(plan) || ChainChangeDone(cm, plan[0]) {
+		t.Fatalf("a rerun while 1 joins: %+v %v", plan, err)
+	}
+	g.Members, g.Joining = []uint64{4, 1, 3}, nil
+	if plan, err := PlanReplacePlaced(cm, 5, all); err != nil || len(plan) != 0 {
+		t.Fatalf("a rerun once done: %+v %v, want nothing", plan, err)
+	}
+	if DroppedFrom(cm, 5) != nil {
+		t.Fatal("DroppedFrom after the replacement: want none")
 	}
 }

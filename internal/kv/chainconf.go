@@ -52,7 +52,9 @@ import (
 //	                  that are not members yet and loses the nodes to
 //	                  remove (a join given up); its Leaving gains the nodes
 //	                  to remove (and loses the nodes to add: an operator
-//	                  taking a node back). The same wish again is a no-op
+//	                  taking a node back); its Dropped loses the nodes
+//	                  named, and, for a wish with no node to remove, one
+//	                  (the oldest) per node it adds. The same wish again is a no-op
 //	                  whatever the epoch (a rerun). Refused for a group
 //	                  that is not a chain of the map, a node that is not a
 //	                  node of the map, named twice or both added and
@@ -198,7 +200,17 @@ func followChain(get Getter, n *ChainConfig, emit Emit) error {
 	// aborts the join, after which the master must still join it. A
 	// leaving one stays in Leaving (the master never joins it again).
 	joining := slices.DeleteFunc(slices.Clone(g.Joining), func(id uint64) bool { return slices.Contains(n.Members, id) && id != n.Joiner })
-	if slices.Equal(g.Members, n.Members) && len(joining) == len(g.Joining) {
+	// A member the record no longer has, which the map did not want out
+	// (nor still wants in: a joiner whose flush a failure aborted), was
+	// failed: its place is Dropped until it is a member again.
+	dropped := slices.Clone(g.Dropped)
+	for _, id := range g.Members {
+		if !slices.Contains(n.Members, id) && !slices.Contains(g.Leaving, id) && !slices.Contains(g.Joining, id) && !slices.Contains(dropped, id) {
+			dropped = append(dropped, id)
+		}
+	}
+	dropped = dropIDs(dropped, n.Members)
+	if slices.Equal(g.Members, n.Members) && len(joining) == len(g.Joining) && slices.Equal(dropped, g.Dropped) {
 		return nil
 	}
 	for _, id := range n.Members {
@@ -213,6 +225,7 @@ func followChain(get Getter, n *ChainConfig, emit Emit) error {
 	if len(cg.Joining) == 0 {
 		cg.Joining = nil
 	}
+	cg.Dropped = dropped
 	if len(c.Moves) == 0 {
 		c.Epoch++
 	}
@@ -323,6 +336,21 @@ func chainWant(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	n := m.clone()
 	ng, _ := n.Group(w.Group)
 	ng.Joining, ng.Leaving = join, leave
+	// A dropped member the wish names is the wish's now: replaced (it
+	// leaves), or wanted back. A growth (no node to remove) takes the
+	// places failures left first, the oldest first, as the master counts
+	// it (a joiner fills a place below the chain's length): those are
+	// re-created, not left for a replace-node to re-create again.
+	ng.Dropped = dropIDs(g.Dropped, all)
+	if len(w.Leave) == 0 {
+		added := 0
+		for _, id := range w.Join {
+			if !slices.Contains(g.Joining, id) && !slices.Contains(g.Members, id) {
+				added++
+			}
+		}
+		ng.Dropped = dropIDs(ng.Dropped, ng.Dropped[:min(added, len(ng.Dropped))])
+	}
 	// As AddNode: the epoch moves so pollers learn the wish (the joining
 	// node opens its member by it), but not while a move is in flight.
 	if len(n.Moves) == 0 {

@@ -226,6 +226,14 @@ type MapGroup struct {
 	// joined, whichever metadata node's master acts.
 	Joining []uint64 `json:",omitempty"`
 	Leaving []uint64 `json:",omitempty"`
+	// Dropped are the members a chain group's master failed that the map
+	// did not want out (followChain: they left the chain's record, and
+	// not by a wish — a crash, a partition), in the order dropped: the
+	// places kefir cluster replace-node --old N re-creates (a join of a
+	// placed node, N then kept out as Leaving). A node leaves it when the
+	// chain has it as a member again (it restarted and rejoined), when a
+	// wish names it (KindMapChainWant), or when it leaves the map.
+	Dropped []uint64 `json:",omitempty"`
 }
 
 // The engines a data group runs (MapGroup.Engine).
@@ -291,7 +299,7 @@ func (m *ClusterMap) Check() error {
 		nodes[n.ID] = true
 	}
 	for _, g := range m.Groups {
-		for _, id := range slices.Concat(g.Members, g.Joining, g.Leaving) {
+		for _, id := range slices.Concat(g.Members, g.Joining, g.Leaving, g.Dropped) {
 			if !nodes[id] {
 				return fmt.Errorf("cluster map: group %d's member %d (or node joining or leaving it) is not a node of the map", g.ID, id)
 			}
@@ -364,13 +372,17 @@ func AppendClusterMap(b []byte, m *ClusterMap) []byte {
 			marked = append(marked, mv.Epoch)
 		}
 	}
-	var wants []MapGroup
+	var wants, dropped []MapGroup
 	for _, g := range m.Groups {
 		if len(g.Joining) > 0 || len(g.Leaving) > 0 {
 			wants = append(wants, g)
 		}
+		if len(g.Dropped) > 0 {
+			dropped = append(dropped, g)
+		}
 	}
-	wantsOn := len(wants) > 0 || len(marked) > 0
+	markedOn := len(marked) > 0 || len(dropped) > 0
+	wantsOn := len(wants) > 0 || markedOn
 	chainsOn := len(chains) > 0 || wantsOn
 	removedOn := len(m.Removed) > 0 || chainsOn
 	metaOn := m.Meta != nil || removedOn
@@ -423,9 +435,20 @@ func AppendClusterMap(b []byte, m *ClusterMap) []byte {
 	// Then the epochs of the moves marked for abort, when one is: a map
 	// that never had an abort of a recorded move encodes as before the
 	// mark (so it stays readable by an older build; one that holds a
-	// mark is not: docs/design/cluster.md §9, mixed builds).
-	if len(marked) > 0 {
+	// mark is not: docs/design/cluster.md §9, mixed builds). A count of
+	// 0: none, written only when dropped members follow.
+	if markedOn {
 		b = appendIDs(b, marked)
+	}
+	// Then the chain groups' dropped members, when one has any: a map
+	// whose chains never lost a member to a failure encodes as before
+	// (an older build cannot read one that has: the same rule).
+	if len(dropped) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(dropped)))
+		for _, g := range dropped {
+			b = binary.AppendUvarint(b, g.ID)
+			b = appendIDs(b, g.Dropped)
+		}
 	}
 	return b
 }
@@ -536,14 +559,32 @@ func DecodeClusterMap(b []byte) (*ClusterMap, error) {
 	}
 	if d.Err == nil && len(d.B) > 0 {
 		n := count()
-		if n == 0 && d.Err == nil {
-			d.Err = ErrCorrupt
+		if n == 0 && d.Err == nil && len(d.B) == 0 {
+			d.Err = ErrCorrupt // a count of 0 only before dropped members
 		}
 		for range n {
 			e := d.Uvarint()
 			i := slices.IndexFunc(m.Moves, func(x MapMove) bool { return x.Epoch == e })
 			if i >= 0 && !m.Moves[i].AbortWanted {
 				m.Moves[i].AbortWanted = true
+			} else if d.Err == nil {
+				d.Err = ErrCorrupt
+			}
+		}
+	}
+	if d.Err == nil && len(d.B) > 0 {
+		n := count()
+		if n == 0 && d.Err == nil {
+			d.Err = ErrCorrupt
+		}
+		for range n {
+			g, ok := m.Group(d.Uvarint())
+			var ids []uint64
+			for range count() {
+				ids = append(ids, d.Uvarint())
+			}
+			if ok && g.IsChain() && g.Dropped == nil && len(ids) > 0 {
+				g.Dropped = ids
 			} else if d.Err == nil {
 				d.Err = ErrCorrupt
 			}
@@ -593,6 +634,11 @@ func removeNode(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	n := m.clone()
 	n.Meta = slices.Clone(m.MetaMembers())
 	n.Nodes = slices.Delete(slices.Clone(m.Nodes), i, i+1)
+	for j := range n.Groups {
+		// A chain's place it left by failure is no longer its: the
+		// operator took the node out of the cluster.
+		n.Groups[j].Dropped = dropIDs(n.Groups[j].Dropped, []uint64{nd.ID})
+	}
 	// As with an added node: the epoch moves so that pollers learn it,
 	// unless a move is in flight (its epoch is above the map's).
 	if len(n.Moves) == 0 {
@@ -1171,7 +1217,7 @@ func (m *ClusterMap) clone() *ClusterMap {
 		Removed: slices.Clone(m.Removed)}
 	for _, g := range m.Groups {
 		n.Groups = append(n.Groups, MapGroup{ID: g.ID, Members: slices.Clone(g.Members), Slots: slices.Clone(g.Slots), MemberEpoch: g.MemberEpoch, Engine: g.Engine,
-			Joining: slices.Clone(g.Joining), Leaving: slices.Clone(g.Leaving)})
+			Joining: slices.Clone(g.Joining), Leaving: slices.Clone(g.Leaving), Dropped: slices.Clone(g.Dropped)})
 	}
 	for i := range n.Moves {
 		n.Moves[i].Slots = slices.Clone(n.Moves[i].Slots)
@@ -1242,4 +1288,14 @@ func checkDriverFence(get Getter, op *Op, emit Emit) (raised bool, err error) {
 	}
 	put(emit, SlotFenceKey, AppendDriverFence(nil, epoch, beat), nil)
 	return true, nil
+}
+
+// dropIDs is ids without those of out, nil if none is left (a map's
+// lists are nil when empty: an encoding's round trip keeps it so).
+func dropIDs(ids, out []uint64) []uint64 {
+	ids = slices.DeleteFunc(slices.Clone(ids), func(id uint64) bool { return slices.Contains(out, id) })
+	if len(ids) == 0 {
+		return nil
+	}
+	return ids
 }

@@ -2,6 +2,7 @@ package kv
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -692,12 +693,100 @@ func TestMapFollowsTheChain(t *testing.T) {
 	}
 }
 
+// TestMapRemembersTheChainsDroppedMembers: a member the chain's record
+// loses without a wish (its master failed it) is Dropped in the map, until
+// it is a member again (a rejoin), a wish names it (replace-node: it
+// leaves), a growth takes its place (add-members), or it leaves the map;
+// a member a wish took out is not (it is Leaving).
+func TestMapRemembersTheChainsDroppedMembers(t *testing.T) {
+	m := mem{}
+	apply := applier(t, m)
+	initMap(t, apply)
+	for _, id := range []uint64{4, 5} {
+		nd := MapNode{ID: id, ClientAddr: fmt.Sprint("127.0.0.1:", id), PeerAddr: fmt.Sprint("127.0.0.1:1", id)}
+		if _, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, nd)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := apply(&Op{Kind: KindMapAddGroup, Key: AppendMapAddGroup(nil, MapAddGroup{MapMembers: MapMembers{Group: 3, Members: []uint64{4, 2, 1}}, Engine: EngineChain})}); err != nil {
+		t.Fatal(err)
+	}
+	chain := func() MapGroup { g, _ := readMap(t, m).Group(3); return *g }
+	rec := ChainConfig{Group: 3, Members: []uint64{4, 2, 1}}
+	if _, err := apply(chainOp(KindMapChainInit, rec, 0)); err != nil {
+		t.Fatal(err)
+	}
+	set := func(members ...uint64) {
+		t.Helper()
+		next := ChainConfig{Group: 3, Epoch: rec.Epoch + 1, Members: members}
+		if _, err := apply(chainOp(KindMapChainSet, next, int64(rec.Epoch))); err != nil {
+			t.Fatal(err)
+		}
+		rec = next
+	}
+	set(2, 1) // the head failed
+	if g := chain(); !slices.Equal(g.Dropped, []uint64{4}) {
+		t.Fatalf("after the head's failure: %+v, want 4 dropped", g)
+	}
+	set(2, 4, 1) // it restarted and rejoined
+	if g := chain(); g.Dropped != nil {
+		t.Fatalf("after the rejoin: %+v, want none dropped", g)
+	}
+	set(2, 4) // the tail failed
+	cm := readMap(t, m)
+	if g, _ := cm.Group(3); !slices.Equal(g.Dropped, []uint64{1}) || cm.Check() != nil {
+		t.Fatalf("after the tail's failure: %+v (%v), want 1 dropped", g, cm.Check())
+	}
+	// replace-node --old 1: the wish joins 5 and keeps 1 out.
+	w := MapChainWant{Group: 3, Epoch: cm.Epoch, Join: []uint64{5}, Leave: []uint64{1}}
+	if _, err := apply(&Op{Kind: KindMapChainWant, Key: AppendMapChainWant(nil, w)}); err != nil {
+		t.Fatal(err)
+	}
+	if g := chain(); g.Dropped != nil || !slices.Equal(g.Leaving, []uint64{1}) || !slices.Equal(g.Joining, []uint64{5}) {
+		t.Fatalf("after the wish: %+v", g)
+	}
+	// A member the map wants out is failed on purpose: not dropped.
+	w = MapChainWant{Group: 3, Epoch: readMap(t, m).Epoch, Leave: []uint64{4}}
+	if _, err := apply(&Op{Kind: KindMapChainWant, Key: AppendMapChainWant(nil, w)}); err != nil {
+		t.Fatal(err)
+	}
+	set(2, 5)
+	if g := chain(); g.Dropped != nil {
+		t.Fatalf("after the wanted removal of 4: %+v, want none dropped", g)
+	}
+	// Node 5 fails, then leaves the map (remove-node): no place kept.
+	set(2)
+	if g := chain(); !slices.Equal(g.Dropped, []uint64{5}) {
+		t.Fatalf("after 5's failure: %+v", g)
+	}
+	if _, err := apply(&Op{Kind: KindMapAddNode, Cond: MapNodeRemove, Key: AppendMapNode(nil, MapNode{ID: 5})}); err != nil {
+		t.Fatal(err)
+	}
+	if g := chain(); g.Dropped != nil {
+		t.Fatalf("after node 5 left the map: %+v", g)
+	}
+	// A growth takes a dropped place (add-members after a failure): it is
+	// re-created, not left for a replace-node to re-create again.
+	set(2, 3)
+	set(2)
+	if g := chain(); !slices.Equal(g.Dropped, []uint64{3}) {
+		t.Fatalf("after 3's failure: %+v", g)
+	}
+	w = MapChainWant{Group: 3, Epoch: readMap(t, m).Epoch, Join: []uint64{1}}
+	if _, err := apply(&Op{Kind: KindMapChainWant, Key: AppendMapChainWant(nil, w)}); err != nil {
+		t.Fatal(err)
+	}
+	if g := chain(); g.Dropped != nil || !slices.Equal(g.Joining, []uint64{1}) {
+		t.Fatalf("after the growth by 1, node 3 dropped: %+v, want 1 joining and nothing dropped", g)
+	}
+}
+
 // TestClusterMapCodecOptionalSections: the map's trailing sections —
 // member epochs, metadata members, removed groups, chain groups — each
 // written when it or a later one has something, decode to the same map in
 // every combination (and encode again to the same bytes).
 func TestClusterMapCodecOptionalSections(t *testing.T) {
-	for mask := range 32 {
+	for mask := range 64 {
 		c := testMap()
 		if mask&1 != 0 {
 			c.Groups[0].MemberEpoch = 3
@@ -716,6 +805,11 @@ func TestClusterMapCodecOptionalSections(t *testing.T) {
 			c.Groups[1].Engine = EngineChain
 			c.Groups[1].Joining, c.Groups[1].Leaving = []uint64{1}, []uint64{3, 2}
 		}
+		if mask&32 != 0 {
+			// A chain's members its master dropped: last of all.
+			c.Groups[1].Engine = EngineChain
+			c.Groups[1].Dropped = []uint64{4, 2}
+		}
 		enc := AppendClusterMap(nil, c)
 		got, err := DecodeClusterMap(enc)
 		if err != nil {
@@ -723,7 +817,8 @@ func TestClusterMapCodecOptionalSections(t *testing.T) {
 		}
 		if got.Groups[0].MemberEpoch != c.Groups[0].MemberEpoch || !slices.Equal(got.Meta, c.Meta) || got.MetaEpoch != c.MetaEpoch ||
 			!slices.Equal(got.Removed, c.Removed) || got.Groups[1].IsChain() != c.Groups[1].IsChain() || got.Groups[0].IsChain() ||
-			!slices.Equal(got.Groups[1].Joining, c.Groups[1].Joining) || !slices.Equal(got.Groups[1].Leaving, c.Groups[1].Leaving) {
+			!slices.Equal(got.Groups[1].Joining, c.Groups[1].Joining) || !slices.Equal(got.Groups[1].Leaving, c.Groups[1].Leaving) ||
+			!slices.Equal(got.Groups[1].Dropped, c.Groups[1].Dropped) {
 			t.Fatalf("mask %04b: round trip %+v, want %+v", mask, got, c)
 		}
 		if again := AppendClusterMap(nil, got); !slices.Equal(again, enc) {

@@ -128,7 +128,7 @@ func TestGroupsChainGroup(t *testing.T) {
 	if !testgroup.Until(10*time.Second, 20*time.Millisecond, func() bool { return slices.Equal(mapMembers(live[0]), []uint64{2, 3}) }) {
 		t.Fatalf("node 1's map names the chain as %v, want [2 3]", mapMembers(live[0]))
 	}
-	if st, err := kefirCluster(t, "status", addr); err != nil || !strings.Contains(st, "3  members [2 3] (a chain, head first)  leader ") {
+	if st, err := kefirCluster(t, "status", addr); err != nil || !strings.Contains(st, "3  members [2 3] (a chain, head first) (dropped by failure: [4]; ") {
 		t.Fatalf("kefir cluster status after the head's failure: %v\n%s", err, st)
 	}
 	if v, err := cluster.Command(live[0], "SET", chainKey+"-via-n1", "x"); err != nil || string(v.Str) != "OK" {
@@ -140,6 +140,10 @@ func TestGroupsChainGroup(t *testing.T) {
 	n4.Restart()
 	if !testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool { return slices.Equal(mapMembers(live[0]), []uint64{2, 4, 3}) }) {
 		t.Fatalf("node 1's map names the chain as %v after node 4's restart, want [2 4 3]", mapMembers(live[0]))
+	}
+	// A member again: the map no longer remembers it as dropped.
+	if cm := localMap(live[0]); cm == nil || func() bool { g3, ok := cm.Group(3); return !ok || g3.Dropped != nil }() {
+		t.Fatalf("node 1's map after node 4's rejoin: %+v, want chain 3 with nothing dropped", cm)
 	}
 	joined := regexp.MustCompile(`chain master: joining.*node=4`)
 	if !testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool {

@@ -6,11 +6,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/test/e2e/cluster"
 )
@@ -34,48 +32,12 @@ import (
 // member and exits 0; node 7 restarts from its directory alone and is
 // joined again.
 func TestGroupsChainReplaceNode(t *testing.T) {
-	g := cluster.StartGroups(t, 5, "1=1,2,3:0-8191;2=4,5,3:8192-16383", "--chain-groups", "2")
-	g.WaitLeaders(20 * time.Second)
-	live := g.Addrs()[:3]
+	g, live, load := startChainCluster(t)
 	addr := "--addr=" + live[0]
-	inChainSlots := func(k string) bool { return kv.KeySlot([]byte(k)) >= 8192 }
-	var keys []string
-	for i, nc, nv := 0, 0, 0; nc < 4 || nv < 2; i++ {
-		k := "r" + strconv.Itoa(i)
-		if inChainSlots(k) && nc < 4 {
-			keys, nc = append(keys, k), nc+1
-		} else if !inChainSlots(k) && nv < 2 {
-			keys, nv = append(keys, k), nv+1
-		}
-	}
-	var mu sync.Mutex
-	chainAcks := 0
-	load := startGroupLoad(t, live, keys, func(k string) {
-		if inChainSlots(k) {
-			mu.Lock()
-			chainAcks++
-			mu.Unlock()
-		}
-	})
-	acks := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return chainAcks
-	}
+	keys := load.keys
 	waitChainWrites := func(what string, n int) {
 		t.Helper()
-		from := acks()
-		if !testgroup.Until(20*time.Second, 20*time.Millisecond, func() bool { return acks() >= from+n }) {
-			t.Fatalf("%s: %d writes acknowledged in the chain's slots in 20 s", what, acks()-from)
-		}
-	}
-	chainOf := func() []uint64 {
-		if cm := localMap(live[0]); cm != nil {
-			if g2, ok := cm.Group(2); ok {
-				return g2.Members
-			}
-		}
-		return nil
+		load.WaitChainWrites(t, what, n)
 	}
 	joinNode := func(id int) *cluster.Node {
 		n := cluster.NewNode(t, "n"+strconv.Itoa(id))
@@ -93,8 +55,8 @@ func TestGroupsChainReplaceNode(t *testing.T) {
 			t.Fatalf("replace-node --old %d: %v\n%s\nnew node:\n%s", old, err, out, n.Logs())
 		}
 		t.Logf("replace-node --old %d (%v):\n%s", old, time.Since(start).Round(10*time.Millisecond), strings.TrimSpace(out))
-		if !slices.Equal(chainOf(), want) {
-			t.Fatalf("node 1's map names the chain %v, want %v", chainOf(), want)
+		if !slices.Equal(chainOf(live[0]), want) {
+			t.Fatalf("node 1's map names the chain %v, want %v", chainOf(live[0]), want)
 		}
 	}
 	waitChainWrites("before any change", 30)
@@ -136,13 +98,7 @@ func TestGroupsChainReplaceNode(t *testing.T) {
 		t.Fatalf("node 6 did not retire and exit 0 (exit %d):\n%s", code, n6.Logs())
 	}
 	waitChainWrites("after the removal", 30)
-	load.Stop()
-	acked := load.Acked()
-	for _, a := range append(slices.Clone(live), n7.ClientAddr) {
-		readBack(t, a, acked)
-	}
-	t.Logf("%d sync writes acknowledged (%d in the chain's slots), every one read back at nodes 1-3 and 7", len(acked), acks())
-	load.CheckLinearizable(t)
+	load.Finish(t, append(slices.Clone(live), n7.ClientAddr))
 
 	// Node 4, the replaced head, on its old directory with its old flags:
 	// its member restarts as a joiner, the master refuses to join it (the
@@ -162,7 +118,7 @@ func TestGroupsChainReplaceNode(t *testing.T) {
 	}
 	// Restarted, its member lost its place (the chain runs on node 3)
 	// and is joined again, before the tail.
-	if !testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool { return slices.Equal(chainOf(), []uint64{7, 3}) }) {
-		t.Fatalf("the chain after node 7's restart: %v", chainOf())
+	if !testgroup.Until(15*time.Second, 20*time.Millisecond, func() bool { return slices.Equal(chainOf(live[0]), []uint64{7, 3}) }) {
+		t.Fatalf("the chain after node 7's restart: %v", chainOf(live[0]))
 	}
 }
