@@ -186,7 +186,13 @@ func (w *RepairWatch) Due(now time.Time, cm *kv.ClusterMap, after time.Duration)
 		if groups == nil {
 			groups = mapGroups(cm)
 		}
-		if !slices.ContainsFunc(groups, func(g kv.MapGroup) bool { return slices.Contains(g.Members, id) }) {
+		// A member, or a chain's member its master dropped by failure
+		// (kv.MapGroup.Dropped): the chain repaired around it within
+		// --fail-after, long before --repair-after, and runs one short
+		// until its place is re-created (PlanReplacePlaced plans it).
+		if !slices.ContainsFunc(groups, func(g kv.MapGroup) bool {
+			return slices.Contains(g.Members, id) || g.IsChain() && slices.Contains(g.Dropped, id)
+		}) {
 			continue
 		}
 		if r, failed := w.retry[id]; failed && now.Before(r) {

@@ -337,6 +337,33 @@ func TestRepairWatch(t *testing.T) {
 	if err := checkRepairChainQuorum(); err != nil {
 		t.Fatal(err)
 	}
+	if err := checkRepairDroppedChainMember(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkRepairDroppedChainMember: a dead node its chain's master already
+// dropped (the map's Dropped, within --fail-after) and that is in no
+// other group is still due once silent for --repair-after: the chain runs
+// one short until its place is re-created, on a live node outside it.
+func checkRepairDroppedChainMember() error {
+	const after = time.Second
+	t0 := time.Unix(1000, 0)
+	cm := repairMap(kv.MapGroup{ID: 1, Members: []uint64{1, 2, 3}},
+		kv.MapGroup{ID: 2, Members: []uint64{2, 3}, Dropped: []uint64{5}, Engine: kv.EngineChain})
+	for _, id := range []uint64{4, 5} {
+		cm.Nodes = append(cm.Nodes, kv.MapNode{ID: id, ClientAddr: "c", PeerAddr: "p"})
+	}
+	var w RepairWatch
+	probe(&w, t0, cm, 5)
+	d, ok, stuck := w.Due(t0.Add(after), cm, after)
+	if !ok || d.Node != 5 {
+		return fmt.Errorf("node 5, dropped by its chain, not due: %+v %v (stuck %+v)", d, ok, stuck)
+	}
+	if len(d.Plan) != 1 || d.Plan[0].Group != 2 || !d.Plan[0].Chain || len(d.Plan[0].Join) != 1 || slices.Contains([]uint64{2, 3, 5}, d.Plan[0].Join[0]) {
+		return fmt.Errorf("node 5's plan %+v, want chain group 2 joining a live node outside it", d.Plan)
+	}
+	return nil
 }
 
 // Each deliberate bug of the decision is caught by its check.

@@ -199,3 +199,37 @@ func TestGroupsChainReplaceDroppedNode(t *testing.T) {
 	load.WaitChainWrites(t, "after node 5's restart", 30)
 	load.Finish(t, live)
 }
+
+// The automatic repair of a chain's member (issues 28 and 30;
+// docs/cluster.md "Automatic repair"): the chain tests' cluster with
+// --repair-after 3s. Node 5, the chain's middle and in no other group, is
+// SIGKILLed: its master drops it within --fail-after (the map names [4 3]
+// and remembers 5 as dropped by failure), and with nobody running a
+// command the metadata leader's repairer re-creates its place once it has
+// been silent for 3 s — the chain is three long again, on live nodes. Every
+// acknowledged write reads back; the history is linearizable.
+func TestGroupsChainRepairedUnattended(t *testing.T) {
+	g := cluster.StartGroups(t, 5, "1=1,2,3:0-8191;2=4,5,3:8192-16383", "--chain-groups", "2", "--repair-after", "3s")
+	g.WaitLeaders(20 * time.Second)
+	live := g.Addrs()[:3]
+	load := startChainLoad(t, live)
+	load.WaitChainWrites(t, "before the failure", 30)
+
+	start := time.Now()
+	g.Nodes[4].Kill()
+	if !testgroup.Until(20*time.Second, 20*time.Millisecond, func() bool { return slices.Equal(chainOf(live[0]), []uint64{4, 3}) }) {
+		t.Fatalf("the master did not drop the killed node 5: the map names the chain %v", chainOf(live[0]))
+	}
+	repaired := func(a string) bool {
+		ms := chainOf(a)
+		return len(ms) == 3 && !slices.Contains(ms, 5) && slices.Contains(ms, 4) && slices.Contains(ms, 3)
+	}
+	for _, a := range live {
+		if !testgroup.Until(30*time.Second, 50*time.Millisecond, func() bool { return repaired(a) }) {
+			t.Fatalf("node %s's map names the chain %v 30 s after node 5's failure, want three members without 5:\n%s", a, chainOf(a), g.Nodes[0].Logs())
+		}
+	}
+	t.Logf("chain group 2 is %v %v after node 5 was killed", chainOf(live[0]), time.Since(start).Round(10*time.Millisecond))
+	load.WaitChainWrites(t, "after the repair", 30)
+	load.Finish(t, live)
+}
