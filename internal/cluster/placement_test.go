@@ -476,6 +476,12 @@ func TestPlanReplaceDroppedChainMember(t *testing.T) {
 	if plan, err := PlanNodeChange(cm, 5, Member{ID: 1, ClientAddr: "c", PeerAddr: "p"}); err != nil || !same(plan) {
 		t.Fatalf("replace-node --old 5 --new 1: %+v %v, want %+v", plan, err, want)
 	}
+	// A new node in the dropped place (--new 6, in no group yet): the
+	// chain's place is old's still, so old is a data group's member.
+	if plan, err := PlanNodeChange(cm, 5, Member{ID: 6, ClientAddr: "c6", PeerAddr: "p6"}); err != nil || len(plan) != 1 ||
+		!slices.Equal(plan[0].Join, []uint64{6}) || !slices.Equal(plan[0].Leave, []uint64{5}) {
+		t.Fatalf("replace-node --old 5 --new 6: %+v %v, want chain 2 joining 6 in 5's place", plan, err)
+	}
 	// The wish recorded (kv: 5 leaves Dropped for Leaving), 1 joining.
 	g := &cm.Groups[1]
 	g.Dropped, g.Leaving, g.Joining = nil, []uint64{5}, []uint64{1}

@@ -54,7 +54,8 @@ import (
 //	                  to remove (and loses the nodes to add: an operator
 //	                  taking a node back); its Dropped loses the nodes
 //	                  named, and, for a wish with no node to remove, one
-//	                  (the oldest) per node it adds. The same wish again is a no-op
+//	                  (the oldest) per node it adds that was not dropped
+//	                  (one dropped takes its own place back). The same wish again is a no-op
 //	                  whatever the epoch (a rerun). Refused for a group
 //	                  that is not a chain of the map, a node that is not a
 //	                  node of the map, named twice or both added and
@@ -345,7 +346,10 @@ func chainWant(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	if len(w.Leave) == 0 {
 		added := 0
 		for _, id := range w.Join {
-			if !slices.Contains(g.Joining, id) && !slices.Contains(g.Members, id) {
+			// A dropped node wanted back takes its own place (cleared
+			// above), not another's: the master counts it as one joiner
+			// filling one place below the length.
+			if !slices.Contains(g.Joining, id) && !slices.Contains(g.Members, id) && !slices.Contains(g.Dropped, id) {
 				added++
 			}
 		}

@@ -779,6 +779,22 @@ func TestMapRemembersTheChainsDroppedMembers(t *testing.T) {
 	if g := chain(); g.Dropped != nil || !slices.Equal(g.Joining, []uint64{1}) {
 		t.Fatalf("after the growth by 1, node 3 dropped: %+v, want 1 joining and nothing dropped", g)
 	}
+	// Two places dropped; a growth wanting one of the dropped nodes back
+	// (add-members --new 3: it restarted, or a partition had cut it off)
+	// fills its own place only: the other is still one to re-create.
+	set(2, 1)
+	set(2, 1, 3)
+	set(2)
+	if g := chain(); !slices.Equal(g.Dropped, []uint64{1, 3}) || g.Joining != nil {
+		t.Fatalf("after 1's and 3's failures: %+v", g)
+	}
+	w = MapChainWant{Group: 3, Epoch: readMap(t, m).Epoch, Join: []uint64{3}}
+	if _, err := apply(&Op{Kind: KindMapChainWant, Key: AppendMapChainWant(nil, w)}); err != nil {
+		t.Fatal(err)
+	}
+	if g := chain(); !slices.Equal(g.Dropped, []uint64{1}) || !slices.Equal(g.Joining, []uint64{3}) {
+		t.Fatalf("after wanting 3 back, 1 and 3 dropped: %+v, want 3 joining and 1 still dropped", g)
+	}
 }
 
 // TestClusterMapCodecOptionalSections: the map's trailing sections —
