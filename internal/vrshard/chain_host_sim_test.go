@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -254,21 +253,15 @@ func hostChainSimWindow(seed uint64, trace io.Writer, c hostChain, faults hostCh
 }
 
 // hostChainSeeds is how many seeds each configuration runs: a few in
-// make test's budget (each seed is about a tenth of a second), many more
-// with KEFIR_SOAK (or KEFIR_SIM_SEEDS).
+// make test's budget (each seed is about a tenth of a second), 300 with
+// KEFIR_SOAK=1 (KEFIR_SIM_SEEDS=n: n).
 func hostChainSeeds() int {
-	if n, err := strconv.Atoi(os.Getenv(sim.SeedsEnv)); err == nil && n > 0 {
-		return n
-	}
-	if os.Getenv("KEFIR_SOAK") != "" {
-		return 300
-	}
 	if raceOn {
 		// The simulation runs on one goroutine: the detector finds little
 		// there, at 5–10× the time (CI's race phase has a budget).
-		return 2
+		return simSeeds(2, 300)
 	}
-	return 6
+	return simSeeds(6, 300)
 }
 
 // TestHostSimChain runs chains of the production host and their master
@@ -441,7 +434,7 @@ func TestHostSimChainMutations(t *testing.T) {
 			hostChainWindow, [2]uint64{1, 300}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.soak && os.Getenv("KEFIR_SOAK") == "" {
+			if tc.soak && !soakOn() {
 				t.Skip("hundreds of seeds: KEFIR_SOAK=1")
 			}
 			for seed := tc.seeds[0]; seed <= tc.seeds[1]; seed++ {
