@@ -423,10 +423,10 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		t := uint64(snap + n)
 		c.truncate = &t
 		if !st.LostState && !(mutation.On && c.truncateAtBoot) {
-			for _, e := range st.Entries[n:] {
+			for i, e := range st.Entries[n:] {
 				ce, err := fromLogEntry(e)
-				if err != nil {
-					return nil, err
+				if e.Op != uint64(snap+n+i+1) || err != nil {
+					break // only what follows the committed prefix in order (the truncation drops it all)
 				}
 				c.tentative = append(c.tentative, ce)
 			}
