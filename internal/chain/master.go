@@ -54,6 +54,9 @@ type masterMutations struct {
 	// history reported, whatever its updates' epoch (the rule before the
 	// members reported their whole durable log: upToDate).
 	restartLongestLog bool
+	// precopyRefusedAtOnce: a pre-copy the tail refused is ordered again
+	// at once, from the same tail (the rule before: a refusal loop).
+	precopyRefusedAtOnce bool
 	// joinForgone: Join takes a node left out of a whole-chain restart
 	// (Forgo) as any restarted member, whatever it holds.
 	joinForgone bool
@@ -492,6 +495,16 @@ func (m *Master) step(msg Msg) {
 			return
 		}
 		if msg.Refused {
+			if m.join.src == m.tail && m.resend > 0 && !(mutation.On && m.mut.precopyRefusedAtOnce) {
+				// The tail it names refused (not active yet, or with a
+				// successor the master has not heard of): asked again at
+				// once, it refuses again at once, and the exchange holds
+				// the time still (the host simulation's D-D-M seeds 201 and
+				// 228: no failure detector fires to change the tail). The
+				// next resend (Tick) asks it again.
+				m.join.sent = m.ticks
+				return
+			}
 			m.join.src = 0
 			m.reissuePrecopy()
 			return
