@@ -3,6 +3,7 @@ package chain
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/kefirdb/kefir/internal/mutation"
@@ -49,6 +50,13 @@ type masterMutations struct {
 	// restartAtOnce: a chain that went down restarts from the first
 	// member that reports, without waiting for the others.
 	restartAtOnce bool
+	// restartLongestLog: a chain that went down restarts from the longest
+	// history reported, whatever its updates' epoch (the rule before the
+	// members reported their whole durable log: upToDate).
+	restartLongestLog bool
+	// precopyRefusedAtOnce: a pre-copy the tail refused is ordered again
+	// at once, from the same tail (the rule before: a refusal loop).
+	precopyRefusedAtOnce bool
 	// joinForgone: Join takes a node left out of a whole-chain restart
 	// (Forgo) as any restarted member, whatever it holds.
 	joinForgone bool
@@ -487,6 +495,16 @@ func (m *Master) step(msg Msg) {
 			return
 		}
 		if msg.Refused {
+			if m.join.src == m.tail && m.resend > 0 && !(mutation.On && m.mut.precopyRefusedAtOnce) {
+				// The tail it names refused (not active yet, or with a
+				// successor the master has not heard of): asked again at
+				// once, it refuses again at once, and the exchange holds
+				// the time still (the host simulation's D-D-M seeds 201 and
+				// 228: no failure detector fires to change the tail). The
+				// next resend (Tick) asks it again.
+				m.join.sent = m.ticks
+				return
+			}
 			m.join.src = 0
 			m.reissuePrecopy()
 			return
@@ -927,7 +945,10 @@ func (m *Master) maybeRestart() bool {
 	for _, id := range ids {
 		r := d.reports[id]
 		epoch = max(epoch, r.lu>>m.seqBits)
-		longer := r.length > d.reports[best].length
+		longer := m.upToDate(r, d.reports[best])
+		if mutation.On && m.mut.restartLongestLog {
+			longer = r.length > d.reports[best].length
+		}
 		if mutation.On && m.mut.restartShortest {
 			longer = r.length < d.reports[best].length
 		}
@@ -949,6 +970,40 @@ func (m *Master) maybeRestart() bool {
 	m.awaiting[order{best, MsgRestart}] = awaited{epoch: m.epoch, sent: m.ticks}
 	m.unpark()
 	return true
+}
+
+// upToDate reports whether history a is more up to date than b: its last
+// update of a newer numbering epoch, or of the same one and longer (Raft's
+// rule). On committed prefixes this is the longer one (the shorter is a
+// prefix of the longer, whose last update cannot be older). It matters once
+// a report counts a member's whole durable log, past its commit point (a
+// host keeps that suffix until the member joins: vrshard's chain core): two
+// such logs may disagree after their common prefix — an old head's updates
+// that never reached its successor, and the updates the new head numbered
+// in a newer epoch at the same positions — and the newer epoch's log holds
+// everything the chain committed, however long the old head's. Every update
+// a head numbers in epoch e it numbers after a history holding everything
+// committed before (a head is a member of the chain it heads, which holds
+// every committed update), and within one epoch the members' logs are
+// prefixes of the head's, so the longest holds the others.
+//
+// A history of a checkpoint with no entry after it does not know its last
+// update's number (lu 0): it is a committed prefix (a host checkpoints only
+// committed state, and its suffix past the commit point would carry
+// numbers), and counts as the newest epoch — taking a longer log of an
+// older epoch over it could drop what it committed.
+func (m *Master) upToDate(a, b restartReport) bool {
+	if ea, eb := m.reportEpoch(a), m.reportEpoch(b); ea != eb {
+		return ea > eb
+	}
+	return a.length > b.length
+}
+
+func (m *Master) reportEpoch(r restartReport) uint64 {
+	if r.lu == 0 && r.length > 0 {
+		return math.MaxUint64
+	}
+	return r.lu >> m.seqBits
 }
 
 // Awaited lists the candidates of a chain that is down that have not

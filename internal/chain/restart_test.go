@@ -382,3 +382,54 @@ func TestRestartedMemberIgnoresRepairOrders(t *testing.T) {
 		t.Fatal("inactiveRepairs not caught: every write answered")
 	}
 }
+
+// TestRestartPrefersTheNewerEpoch: the histories a restart compares may run
+// past the members' commit points (a host reports its durable log whole:
+// vrshard's chainCore.tentative), and two such logs may disagree after
+// their common prefix — an old head's updates that never reached its
+// successor, numbered in its epoch, and the new head's at the same
+// positions, in a newer one, which the tail may have committed and served.
+// The restart takes the log whose last update is of the newest numbering
+// epoch, the longest among those (Master.upToDate), not the longest: with
+// the mutation restartLongestLog the old head's longer log wins. A history
+// of a checkpoint alone (its last number unknown: lu 0) is a committed
+// prefix and counts as the newest.
+func TestRestartPrefersTheNewerEpoch(t *testing.T) {
+	run := func(t *testing.T, longest bool, reports map[NodeID]restartReport) NodeID {
+		ids := []NodeID{1, 2, 3}
+		h := newHarness(ids, 3, 2, 0)
+		h.setup(SU, func(NodeID) Store { return Log })
+		h.master.mut.restartLongestLog = longest
+		putter(h)(2)
+		for _, id := range ids {
+			h.crash(id, true)
+		}
+		if !h.master.Down() {
+			t.Fatal("the master is not down with every member crashed")
+		}
+		restarted := false
+		for _, id := range ids {
+			r := reports[id]
+			restarted = h.master.Restarted(id, r.lu, r.length)
+		}
+		if ms := h.master.Members(); !restarted || len(ms) != 1 {
+			t.Fatalf("restarted %v, members %v: want a chain of one", restarted, ms)
+		}
+		return h.master.Members()[0]
+	}
+	bits := newHarness([]NodeID{1, 2, 3}, 3, 2, 0).master.seqBits
+	seq := func(epoch uint64, n uint64) uint64 { return epoch<<bits | n }
+	split := map[NodeID]restartReport{1: {lu: seq(1, 6), length: 6}, 2: {lu: seq(2, 1), length: 5}, 3: {}}
+	if got := run(t, false, split); got != 2 {
+		t.Fatalf("restarted from %d, want 2 (the newer epoch's log, though shorter)", got)
+	}
+	if mutation.On {
+		if got := run(t, true, split); got != 1 {
+			t.Fatalf("restartLongestLog: restarted from %d, want 1 (the mutation does not bite)", got)
+		}
+	}
+	snap := map[NodeID]restartReport{1: {lu: 0, length: 10}, 2: {lu: seq(1, 9), length: 9}, 3: {lu: seq(1, 12), length: 12}}
+	if got := run(t, false, snap); got != 1 {
+		t.Fatalf("restarted from %d, want 1 (a checkpoint's committed prefix over older logs)", got)
+	}
+}

@@ -195,9 +195,10 @@ func BenchmarkApplierApply(b *testing.B) {
 	}
 }
 
-// BenchmarkChainSyncWrite: a chain of three log members (D-D-D) on the
-// production host in this process (loopback TCP, real files, the
-// standalone master), closed-loop writers at the head. Reported besides the
+// BenchmarkChainSyncWrite: a chain of three members on the production host
+// in this process (loopback TCP, real files, the standalone master), three
+// log members (DDD) or two over a memory tail (DDM), closed-loop writers at
+// the head. Reported besides the
 // throughput, summed over the three members per write: fsyncs/op (the
 // log's) and log-writes/op (the Readies' log writes, a hard state written
 // on its own included) — what a member's eager commit-point save costs
@@ -205,9 +206,23 @@ func BenchmarkApplierApply(b *testing.B) {
 //
 // Run: go test ./internal/vrshard/ -run '^$' -bench ChainSyncWrite -benchtime 2000x -cpu 4
 func BenchmarkChainSyncWrite(b *testing.B) {
-	for _, writers := range []int{1, 16} {
-		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
-			g := newChainGroupTuned(b, 0, nil)
+	for _, bc := range []struct {
+		name    string
+		stores  [3]ChainStore
+		writers int
+	}{
+		{"DDD", [3]ChainStore{ChainLog, ChainLog, ChainLog}, 1},
+		{"DDD", [3]ChainStore{ChainLog, ChainLog, ChainLog}, 16},
+		{"DDM", [3]ChainStore{ChainLog, ChainLog, ChainMemory}, 1},
+		{"DDM", [3]ChainStore{ChainLog, ChainLog, ChainMemory}, 16},
+	} {
+		writers := bc.writers
+		b.Run(fmt.Sprintf("%s/writers=%d", bc.name, writers), func(b *testing.B) {
+			g := newChainGroupTuned(b, 0, func(i int, o *Options) {
+				co := *o.Chain
+				co.Store = bc.stores[i]
+				o.Chain = &co
+			})
 			val := make([]byte, 128)
 			for i := range val {
 				val[i] = 'a' + byte(i%26)

@@ -68,7 +68,15 @@ type chainCore struct {
 	// bootCommit: entries of a restart's durable prefix, committed before
 	// the member rejoined (its LA starts again from 0).
 	bootCommit int
-	truncate   *uint64 // the first Ready's Truncate (a restart's uncommitted suffix)
+	truncate   *uint64 // a pending Truncate (a restart's or a rejoin's uncommitted suffix)
+	// tentative is that suffix while the member waits to be joined: its
+	// durable log past its commit point, kept on its disk (the Truncate
+	// waits for the member's first write) and counted in its heartbeat's
+	// history, so that a whole-chain restart may carry on from it (adopt):
+	// the last tail may have committed it — and served reads of it — with
+	// no log member's commit point saying so.
+	tentative      []chain.Entry
+	truncateAtBoot bool // -tags mutations: keep no tentative suffix (chainConfig)
 
 	batches [][2]uint64 // {PersistSeq, last chain seq} written, not yet durable
 	seq     uint64      // the last PersistSeq issued
@@ -334,6 +342,9 @@ type chainConfig struct {
 	// is the saved commit point alone, the code before (core.Boot.Applied
 	// ignored).
 	commitIgnoresEngine bool
+	// truncateAtBoot (-tags mutations): no tentative suffix is kept
+	// (chainCore.tentative), the code before.
+	truncateAtBoot bool
 }
 
 // openChain starts a chain core from what the host's disk holds. The
@@ -361,7 +372,8 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 	c := &chainCore{self: cfg.Self, master: cfg.Master, chain: slices.Clone(cfg.Members),
 		beat: cfg.Heartbeat, lease: cfg.Lease,
 		clients: kv.NewClientTable(vr.MaxClients), inflight: map[idKey]uint64{}, byID: map[uint64]idKey{},
-		inc: inc, sendSeq: map[uint64]uint64{}, recv: map[uint64]*linkIn{}, early: map[uint64]idKey{}}
+		inc: inc, sendSeq: map[uint64]uint64{}, recv: map[uint64]*linkIn{}, early: map[uint64]idKey{},
+		truncateAtBoot: mutation.On && cfg.truncateAtBoot}
 	ccfg := chain.Config{ID: chain.NodeID(cfg.Self), Master: chain.NodeID(cfg.Master), SeqBits: chainSeqBits,
 		Mode: cfg.Mode, Store: cfg.Store.core(), PinTimeout: int64(chainPinTimeout), PrecopyRate: cfg.PrecopyRate}
 	if st.Bootstrap {
@@ -410,6 +422,15 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 	if n < len(st.Entries) {
 		t := uint64(snap + n)
 		c.truncate = &t
+		if !st.LostState && !(mutation.On && c.truncateAtBoot) {
+			for i, e := range st.Entries[n:] {
+				ce, err := fromLogEntry(e)
+				if e.Op != uint64(snap+n+i+1) || err != nil {
+					break // only what follows the committed prefix in order (the truncation drops it all)
+				}
+				c.tentative = append(c.tentative, ce)
+			}
+		}
 	}
 	if snap > 0 {
 		// The sequence number at the snapshot is not on disk: the entry
@@ -459,6 +480,8 @@ func (c *chainCore) Step(_ int64, m chain.Msg) {
 		}
 	}
 	switch m.Type {
+	case chain.MsgRestart:
+		c.adopt()
 	case chain.MsgUpdate:
 		if c.lostUpdate(m) {
 			c.rejoin(fmt.Sprintf("update %s from %d after %s: an update was lost on the link",
@@ -483,6 +506,48 @@ func (c *chainCore) Step(_ int64, m chain.Msg) {
 		}
 	}
 	c.m.Step(m)
+}
+
+// restartReport is what a member waiting to be joined reports to a master
+// restarting the whole chain (chain.Master.Restarted): the number of its
+// history's last update and its length, its tentative suffix included.
+func (c *chainCore) restartReport() (lu uint64, length int) {
+	s := c.status()
+	lu, length = s.LU, s.Base+s.Log+len(c.tentative)
+	if n := len(c.tentative); n > 0 {
+		lu = c.tentative[n-1].Seq
+	}
+	return lu, length
+}
+
+// adopt makes a member ordered to restart the whole chain (RESTART) take
+// its tentative suffix as history before it does: the master chose it for
+// the history its heartbeats reported, suffix included (chain.Master's
+// upToDate), and the suffix may hold updates the last tail committed and
+// served reads of before every member failed — a memory tail's commit dies
+// with it, and its acknowledgements may not have reached a log member's
+// commit point (D-D-M). Taking an update nobody was answered for as
+// committed is a valid outcome of it; dropping one a read returned is not.
+// Only a member that has not started a pre-copy has a suffix left (its
+// first write truncated it), which is the member the core's restart takes.
+func (c *chainCore) adopt() {
+	if len(c.tentative) == 0 || c.status().State != chain.Inactive {
+		return
+	}
+	hist := c.m.History()
+	bn, bseq := c.m.Base()
+	cfg := c.mcfg
+	cfg.Members, cfg.Log = nil, append(slices.Clone(hist), c.tentative...)
+	cfg.BaseN, cfg.BaseSeq = bn, bseq
+	if bn > 0 && len(hist) == 0 {
+		cfg.BaseSeq = cfg.Log[0].Seq - 1 // as openChain: the entry after the checkpoint tells its number
+	}
+	c.m = chain.NewMember(cfg, nopSM{})
+	// The disk may hold more than the suffix (a rejoin kept only what was
+	// fsynced): the log ends where the history does.
+	c.written = bn + len(cfg.Log)
+	t := uint64(c.written)
+	c.truncate, c.tentative = &t, nil
 }
 
 // mergeGap checks the entries a joiner's merge (its FLUSH's second
@@ -641,13 +706,26 @@ func (c *chainCore) rejoin(why string) {
 	hist := c.m.History()
 	bn, bseq := c.m.Base()
 	n := c.handed
+	persisted := c.status().Persisted
 	cfg := c.mcfg
 	cfg.Members, cfg.Log = nil, slices.Clone(hist[:n-bn])
 	cfg.BaseN, cfg.BaseSeq = bn, bseq
 	c.m = chain.NewMember(cfg, nopSM{})
-	if bn+len(hist) > n {
+	if bn+len(hist) > n && c.truncate == nil {
 		t := uint64(n)
 		c.truncate = &t
+		// The rest, as far as its store holds it (a log's: what it
+		// persisted; a memory member's: what it holds), is tentative, as
+		// at a restart: the chain may have committed it. (A truncation
+		// still pending means nothing was written since the last one:
+		// its suffix is the one on the disk.)
+		keep := hist[n-bn:]
+		if c.mcfg.Store != chain.Memory {
+			keep = keep[:sort.Search(len(keep), func(i int) bool { return keep[i].Seq > persisted })]
+		}
+		if !(mutation.On && c.truncateAtBoot) {
+			c.tentative = slices.Clone(keep)
+		}
 	}
 	c.written, c.bootCommit, c.savedCommit = n, n, n
 	c.batches = nil // the old member's persistence reports mean nothing to the new one
@@ -795,13 +873,16 @@ func (c *chainCore) Tick(now int64) {
 		c.beats = append(c.beats, [2]int64{int64(c.beatSeq), now})
 		s := c.status()
 		la := s.LA
+		lu := s.LU
 		if s.State == chain.Inactive {
-			// Not a replica: its history's length instead, what a master
+			// Not a replica: its history instead, what a master
 			// restarting the whole chain compares (chain.Master.Restarted).
-			la = uint64(s.Base + s.Log)
+			var n int
+			lu, n = c.restartReport()
+			la = uint64(n)
 		}
 		c.out.Messages = append(c.out.Messages, chain.Msg{Type: chain.MsgHeartbeat, From: chain.NodeID(c.self),
-			To: chain.NodeID(c.master), Seq: c.beatSeq, LA: la, LU: s.LU, Refused: s.State == chain.Inactive,
+			To: chain.NodeID(c.master), Seq: c.beatSeq, LA: la, LU: lu, Refused: s.State == chain.Inactive,
 			// What a restarted master learns the chain from: this member's
 			// epoch and the configuration it last heard of.
 			Epoch: s.Epoch, Members: c.chainIDs(),
@@ -980,9 +1061,12 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 	}
 	hist := c.m.History()
 	bn, _ := c.m.Base()
-	if c.truncate != nil {
+	if c.truncate != nil && (len(c.tentative) == 0 || bn+len(hist) > c.written) {
+		// A tentative suffix stays on the disk until the member writes
+		// after its commit point (a pre-copy, its first update): then it
+		// is no longer what the member may restart the chain from.
 		c.out.HasTruncate, c.out.Truncate = true, *c.truncate
-		c.truncate = nil
+		c.truncate, c.tentative = nil, nil
 	}
 	if bn+len(hist) > c.written {
 		c.out.Entries = slices.Grow(c.out.Entries, bn+len(hist)-c.written)
@@ -1252,7 +1336,7 @@ func (c *chainCore) installed(s *chain.Snap) {
 	if s.More {
 		return // a page: its host writes it; nothing is installed yet
 	}
-	c.out.HasTruncate, c.truncate = false, nil // the snapshot replaces the whole log
+	c.out.HasTruncate, c.truncate, c.tentative = false, nil, nil // the snapshot replaces the whole log
 	c.clients = kv.NewClientTable(vr.MaxClients)
 	c.clients.Load(clients)
 	c.written, c.handed, c.bootCommit = s.N, s.N, s.N

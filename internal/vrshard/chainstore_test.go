@@ -206,32 +206,34 @@ func TestChainMemoryChainLosesEverything(t *testing.T) {
 // buffered appends reach the OS; a kill -9 may lose the last of them,
 // e2e TestChainStoresLogHeadKilledWhole) restarts the chain from a log
 // member's history — not the memory tail's empty one — and keeps every
-// answered write, the last one included. Two rules each keep it here: a
+// answered write, the last one included. Three rules each keep it here: a
 // member writes its commit point with the Ready that advances it, before it
-// answers (chainCore.Ready), and a restarted member counts what its engine
+// answers (chainCore.Ready), a restarted member counts what its engine
 // applied as committed (the host applies only committed entries; what a
-// power cut leaves of a commit point written and not yet fsynced). With
-// both off — the mutations commitLazy and chainCommitIgnoresEngine (the
-// code before session 24) — the write answered just before the crash is
-// lost, and the restarted head's engine holds a version its log does not,
-// which no read can wait out.
+// power cut leaves of a commit point written and not yet fsynced), and a
+// restart carries on from the members' logs past their commit points
+// (chainCore.tentative). With all three off — the mutations commitLazy,
+// chainCommitIgnoresEngine and chainTruncateAtBoot (the code before session
+// 24) — the write answered just before the crash is lost, and the
+// restarted head's engine holds a version its log does not, which no read
+// can wait out.
 func TestChainMemoryTailKeepsWhatTheLogsCommitted(t *testing.T) {
-	for _, m := range []struct{ lazy, ignoreEngine bool }{{false, false}, {true, false}, {false, true}} {
+	for _, m := range []struct{ lazy, ignoreEngine bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
 		if (m.lazy || m.ignoreEngine) && !mutation.On {
 			continue
 		}
-		if testMemoryTail(t, m.lazy, m.ignoreEngine) != 0 {
+		if testMemoryTail(t, m.lazy, m.ignoreEngine, false) != 0 {
 			t.Fatalf("commitLazy %v, chainCommitIgnoresEngine %v: the write answered just before the crash was lost", m.lazy, m.ignoreEngine)
 		}
 	}
 }
 
-func testMemoryTail(t *testing.T, lazy, ignoreEngine bool) (missing int) {
+func testMemoryTail(t *testing.T, lazy, ignoreEngine, truncate bool) (missing int) {
 	g := newChainGroupTuned(t, 0, func(i int, o *Options) {
 		co := *o.Chain
 		co.Store = [3]ChainStore{ChainLog, ChainLog, ChainMemory}[i]
 		o.Chain = &co
-		o.mut.chainCommitLazy, o.mut.chainCommitIgnoresEngine = lazy, ignoreEngine
+		o.mut.chainCommitLazy, o.mut.chainCommitIgnoresEngine, o.mut.chainTruncateAtBoot = lazy, ignoreEngine, truncate
 	})
 	storeWrites(g, 0, 0, 30)
 	storeWrites(g, 0, 30, 1) // answered; with commitLazy the head's commit point not yet saved
@@ -245,7 +247,7 @@ func testMemoryTail(t *testing.T, lazy, ignoreEngine bool) (missing int) {
 		return err
 	})
 	if err != nil || string(res.Bulk) != "v30" {
-		if !lazy || !ignoreEngine {
+		if !lazy || !ignoreEngine || !truncate {
 			t.Fatalf("the write answered just before a crash of every member of D-D-M: %q, %v", res.Bulk, err)
 		}
 		return 1
@@ -255,12 +257,12 @@ func testMemoryTail(t *testing.T, lazy, ignoreEngine bool) (missing int) {
 
 // TestChainMemoryTailMutation: the counter-test of
 // TestChainMemoryTailKeepsWhatTheLogsCommitted — with the commit point saved
-// with batches only and the restart's committed prefix the saved commit
-// point alone, the write answered last is lost.
+// with batches only, the restart's committed prefix the saved commit
+// point alone and the log past it dropped, the write answered last is lost.
 func TestChainMemoryTailMutation(t *testing.T) {
 	mutation.Require(t)
-	if testMemoryTail(t, true, true) == 0 {
-		t.Fatal("with commitLazy and chainCommitIgnoresEngine the write answered just before the crash survived: the test does not exercise the commit point")
+	if testMemoryTail(t, true, true, true) == 0 {
+		t.Fatal("with commitLazy, chainCommitIgnoresEngine and chainTruncateAtBoot the write answered just before the crash survived: the test does not exercise the commit point")
 	}
 }
 
@@ -271,21 +273,24 @@ func TestChainMemoryTailMutation(t *testing.T) {
 // written on its own, nor the engine's appends, synced only at
 // checkpoints). D-D-D keeps every answered write, the last included: the
 // tail records what it writes as committed in the same fsynced write
-// (chainCore.Ready), and the restart takes the longest history; with the
-// mutation tailCommitLags (the tail saves its commit point as the others
-// do, in a later Ready) the last answered write is lost. D-D-M keeps every
-// write but the last: the head's commit point for it was written on its
-// own and not yet fsynced, and the memory tail keeps nothing — the table's
-// window ("the writes answered since the head's last fsync").
+// (chainCore.Ready), and the restart carries on from the most up-to-date
+// durable log, past the commit points (chainCore.tentative); with both off
+// — the mutations tailCommitLags (the tail saves its commit point as the
+// others do, in a later Ready) and truncateAtBoot — the last answered
+// write is lost. D-D-M keeps every write too: the head's commit point for
+// the last was written on its own and not yet fsynced, and the memory tail
+// keeps nothing, but both log members fsynced the write before passing it
+// on, and the restart takes it from their logs; with truncateAtBoot (the
+// code before) it was lost in 4 of 4 runs — the table's former window.
 func TestChainPowerCutOfEveryMember(t *testing.T) {
-	run := func(t *testing.T, stores [3]ChainStore, lag bool) (lastKept bool) {
+	run := func(t *testing.T, stores [3]ChainStore, lag, truncate bool) (lastKept bool) {
 		mems := [3]*vfs.Mem{vfs.NewMem(), vfs.NewMem(), vfs.NewMem()}
 		g := newChainGroupTuned(t, 0, func(i int, o *Options) {
 			co := *o.Chain
 			co.Store = stores[i]
 			o.Chain = &co
 			o.FS = mems[i]
-			o.mut.chainTailCommitLags = lag
+			o.mut.chainTailCommitLags, o.mut.chainTruncateAtBoot = lag, truncate
 		})
 		storeWrites(g, 0, 0, 30)
 		// The power goes first (every disk operation fails from now on),
@@ -321,19 +326,22 @@ func TestChainPowerCutOfEveryMember(t *testing.T) {
 		}
 		return g.read(head, "s29") == "v29"
 	}
-	dd := [3]ChainStore{ChainLog, ChainLog, ChainLog}
-	if !run(t, dd, false) {
+	dd, ddm := [3]ChainStore{ChainLog, ChainLog, ChainLog}, [3]ChainStore{ChainLog, ChainLog, ChainMemory}
+	if !run(t, dd, false, false) {
 		t.Fatal("D-D-D: the write answered last was lost in a power cut of every member")
 	}
-	if run(t, [3]ChainStore{ChainLog, ChainLog, ChainMemory}, false) {
-		t.Log("D-D-M: the write answered last survived the power cut (its commit point reached the disk with a later batch)")
-	} else {
-		t.Log("D-D-M: the write answered last was lost in the power cut: the table's window")
+	if !run(t, ddm, false, false) {
+		t.Fatal("D-D-M: the write answered last was lost in a power cut of every member (the log members fsynced it: the restart must carry on from their logs)")
 	}
 	if !mutation.On {
 		return
 	}
-	if run(t, dd, true) {
-		t.Fatal("tailCommitLags not caught: D-D-D kept the write answered last")
+	if run(t, ddm, false, true) {
+		t.Log("D-D-M, truncateAtBoot: the write answered last survived the power cut (its commit point reached the disk with a later batch)")
+	} else {
+		t.Log("D-D-M, truncateAtBoot: the write answered last was lost in the power cut: the code before's window")
+	}
+	if run(t, dd, true, true) {
+		t.Fatal("tailCommitLags and truncateAtBoot not caught: D-D-D kept the write answered last")
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -317,7 +316,7 @@ func (d *drainRun) placedOn() []int {
 // on three distinct nodes, all up. 4 seeds each (about 20 s); KEFIR_SOAK=1: 100.
 func TestMoveSimPlaced(t *testing.T) {
 	seeds := 4
-	if os.Getenv("KEFIR_SOAK") == "1" {
+	if soakOn() {
 		seeds = 100
 	} else if raceOn {
 		seeds = 1 // one goroutine: little for the detector, 5–10× the time

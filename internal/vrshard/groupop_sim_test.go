@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -477,7 +476,7 @@ func groupOpsSettled(c *simCluster, r *groupOpRun) error {
 // and 150; KEFIR_SIM_SEEDS=n: n of each.
 func TestMoveSimGroupOps(t *testing.T) {
 	seeds := 10
-	if os.Getenv("KEFIR_SOAK") == "1" {
+	if soakOn() {
 		seeds = 300
 	}
 	for _, tc := range []struct {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -842,6 +843,24 @@ func (c *hostClient) Step(ev sim.Event) {
 // simPanic, deferred by a simulation run, makes a panic in it (a core or
 // host assertion: a broken invariant) the run's error, a failure the run
 // found, replayed like any other.
+// soakOn reports whether KEFIR_SOAK=1 asks for the long runs (hundreds
+// or thousands of seeds where make test runs a few); any other value, as
+// unset, does not.
+func soakOn() bool { return os.Getenv("KEFIR_SOAK") == "1" }
+
+// simSeeds is how many seeds a simulation's case runs: KEFIR_SIM_SEEDS if
+// set (sim.SeedsEnv; sim.Explore takes it too), else soak under
+// KEFIR_SOAK=1, else n.
+func simSeeds(n, soak int) int {
+	if v, err := strconv.Atoi(os.Getenv(sim.SeedsEnv)); err == nil && v > 0 {
+		return v
+	}
+	if soakOn() {
+		return soak
+	}
+	return n
+}
+
 func simPanic(err *error) {
 	if p := recover(); p != nil {
 		*err = fmt.Errorf("panic: %v", p)
@@ -1175,7 +1194,7 @@ func TestHostSimCatchesMutations(t *testing.T) {
 // yet (docs/design/one-house.md, "The host under the simulator").
 func TestHostSimMutationScan(t *testing.T) {
 	mutation.Require(t)
-	if os.Getenv("KEFIR_SOAK") != "1" {
+	if !soakOn() {
 		t.Skip("a scan of 200 seeds per mutation: KEFIR_SOAK=1")
 	}
 	cadW := sim.KV{Keys: 3, Get: 4, Put: 4, Dur: level.CAD}

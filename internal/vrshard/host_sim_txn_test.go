@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -696,7 +695,7 @@ var hostTxnCases = []struct {
 // run as in a process. Two seeds per case by default; KEFIR_SOAK=1 runs 20.
 func TestHostSimTxns(t *testing.T) {
 	seeds := 2
-	if os.Getenv("KEFIR_SOAK") == "1" {
+	if soakOn() {
 		seeds = 20
 	}
 	for _, mode := range []hostTxnMode{txnExec, txnSI, txnSerializable} {

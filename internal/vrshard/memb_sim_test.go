@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -578,7 +577,7 @@ func groupRestored(s *sim.Sim, c *simCluster, g kcluster.GroupID, ms []int) erro
 // (about 5 s); KEFIR_SOAK=1: 500, 250, 250; KEFIR_SIM_SEEDS=n: n, n/2, n/2.
 func TestMoveSimReplace(t *testing.T) {
 	seeds := 20
-	if os.Getenv("KEFIR_SOAK") == "1" {
+	if soakOn() {
 		seeds = 500
 	}
 	for _, tc := range []struct {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -460,7 +459,7 @@ func metaSettled(c *simCluster, rs []kv.SlotRange, at map[uint16]kcluster.GroupI
 // KEFIR_SIM_SEEDS=n: n of each.
 func TestMoveSimMeta(t *testing.T) {
 	seeds := 10
-	if os.Getenv("KEFIR_SOAK") == "1" {
+	if soakOn() {
 		seeds = 500
 	}
 	for _, tc := range []struct {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -1835,7 +1834,7 @@ func progress(h check.History, final int64) error {
 // and 500 under KEFIR_SOAK=1; KEFIR_SIM_SEEDS=n runs n of each.
 func TestMoveSim(t *testing.T) {
 	seeds := 80
-	if os.Getenv("KEFIR_SOAK") == "1" {
+	if soakOn() {
 		seeds = 2000
 	}
 	for _, tc := range []struct {
@@ -2129,7 +2128,7 @@ func TestMoveSimRetryDuringTheNextMove(t *testing.T) {
 // KEFIR_SOAK=1, 50 and 10 seeds (KEFIR_SIM_SEEDS=n: n of each).
 func TestMoveSimScale(t *testing.T) {
 	small, large := 2, 1
-	if os.Getenv("KEFIR_SOAK") == "1" {
+	if soakOn() {
 		small, large = 50, 10
 	}
 	for _, tc := range []struct {

@@ -370,6 +370,10 @@ type mutations struct {
 	// chainCommitIgnoresEngine: a restarted chain member's committed
 	// prefix ignores its engine's applied mark (chainConfig).
 	chainCommitIgnoresEngine bool
+	// chainTruncateAtBoot: a chain member drops its log past its commit
+	// point at a restart or a rejoin, reporting only its committed prefix
+	// (chainCore.tentative: the code before).
+	chainTruncateAtBoot bool
 	// chainCommitLazy: a chain member below the tail saves an advanced
 	// commit point only with its next batch (chainCore.commitLazy).
 	chainCommitLazy bool

@@ -3,7 +3,6 @@ package vrshard
 import (
 	"context"
 	"errors"
-	"os"
 	"reflect"
 	"testing"
 	"time"
@@ -205,7 +204,7 @@ var readsOnly = check.SessionOptions{NoMonotonicWrites: true}
 func TestSessionHistoryWithPowerCutsKeepsSessions(t *testing.T) {
 	lost := int64(0)
 	seeds := uint64(1)
-	if os.Getenv("KEFIR_SOAK") == "1" {
+	if soakOn() {
 		seeds = 20 // make soak
 	}
 	for seed := uint64(41); seed < 41+seeds; seed++ {

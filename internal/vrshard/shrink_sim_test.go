@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -368,7 +367,7 @@ func shrunk(c *simCluster, r *shrinkRun) error {
 // KEFIR_SOAK=1: 150 and 75; KEFIR_SIM_SEEDS=n: n of each.
 func TestMoveSimShrink(t *testing.T) {
 	seeds := 5
-	if os.Getenv("KEFIR_SOAK") == "1" {
+	if soakOn() {
 		seeds = 150
 	}
 	for _, tc := range []struct {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -1104,18 +1103,6 @@ func xgFinalTotal(s *sim.Sim, r *xgRun) error {
 	return nil
 }
 
-// xgSeeds is how many seeds a case runs: n, or KEFIR_SIM_SEEDS, or soak
-// under KEFIR_SOAK=1.
-func xgSeeds(n, soak int) int {
-	if v, err := strconv.Atoi(os.Getenv("KEFIR_SIM_SEEDS")); err == nil && v > 0 {
-		return v
-	}
-	if os.Getenv("KEFIR_SOAK") == "1" {
-		return soak
-	}
-	return n
-}
-
 // TestXgSim runs cross-group transactions (transfers, read-only totals,
 // plain reads and writes) with their coordinators dying at random actions,
 // under the nemesis and whole-node crashes, and under power cuts (see the
@@ -1135,7 +1122,7 @@ func TestXgSim(t *testing.T) {
 		{"skewfaults", xgOptions{skewMix: true, faults: true, coordDeaths: true, killAt: -1}, 10, 300, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sim.Explore(t, tc.firstSeeds, xgSeeds(tc.n, tc.soak), func(seed uint64, trace io.Writer) error {
+			sim.Explore(t, tc.firstSeeds, simSeeds(tc.n, tc.soak), func(seed uint64, trace io.Writer) error {
 				return xgSim(seed, trace, tc.o, nil)
 			})
 		})
