@@ -42,11 +42,17 @@ test-race:
 # The race detector over the packages that run goroutines, as CI runs it. The
 # protocol cores, the simulator and the codecs are single-threaded by design
 # (internal/vr alone takes 7+ minutes under -race); `make test-race` covers them too.
+# internal/vrshard's simulations (its tests named *Sim*; no other package here
+# has such names) run the host on the simulator's one goroutine: the detector
+# finds nothing there, and they are ~80 % of the package's CPU (user+sys 89 s
+# of 123 s without -race; under it the package took 36 of its 40 minutes on a
+# loaded box), so this run skips them; the real-time tests (goroutines,
+# sockets) stay. `make test-race` runs them too.
 RACE_PKGS = ./client/... ./cmd/... ./internal/check/... ./internal/cluster/... ./internal/faultproxy/... ./internal/server/... ./internal/shard/... \
 	./internal/seglog/... ./internal/storage/... ./internal/transport/... ./internal/vfs/... ./internal/vrshard/... ./test/...
 
 test-race-concurrent:
-	$(GO) test $(TEST_TAGS) -count=1 -race -timeout 40m $(RACE_PKGS)
+	$(GO) test $(TEST_TAGS) -count=1 -race -timeout 40m -skip 'Sim' $(RACE_PKGS)
 
 # Longer randomized runs (crash-recovery seeds, simulator seeds, crash loops of
 # real processes under SIGKILL): minutes to hours.
