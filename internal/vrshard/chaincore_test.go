@@ -12,6 +12,7 @@ import (
 	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/chainmaster"
 	"github.com/kefirdb/kefir/internal/core"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/mutation"
 )
 
@@ -1318,5 +1319,39 @@ func TestChainJoinerMergesNoHole(t *testing.T) {
 	t.Logf("mergeGapOff: chain %v", logs)
 	if slices.Equal(logs[4], []string{"w1", "w2", "w3"}) {
 		t.Fatalf("mergeGapOff not caught: the joiner holds %v", logs[4])
+	}
+}
+
+// TestChainPageDropsTentative: a member restarted with a log past its
+// commit point keeps that suffix (chainCore.tentative) and counts it in
+// its restart report, until its pre-copy begins. A pre-copy by snapshot
+// pages begins with a page written into the engine and no log write: from
+// then on the member's state is part of a snapshot, and the suffix is no
+// longer a history it may restart the chain from (chain.Member.restart
+// refuses a paged member; chainCore.adopt would build a new member that
+// knows nothing of the pages). Without the page clearing it, the report
+// still counts the suffix.
+func TestChainPageDropsTentative(t *testing.T) {
+	ids := []uint64{1, 2, 3}
+	b := newChainBed(t, ids...)
+	for i := uint64(1); i <= 3; i++ {
+		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+	}
+	if b.synced[1].Commit >= 3 || len(b.disk[1]) != 3 {
+		t.Fatalf("the head synced commit point %d, logged %d: want a log past the commit point", b.synced[1].Commit, len(b.disk[1]))
+	}
+	c, err := openChain(chainConfig{Self: 1, Master: bedMaster, Members: ids}, core.Boot{HardState: b.synced[1], Entries: b.disk[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, n := c.restartReport(); n != 3 {
+		t.Fatalf("restart report counts %d entries, want 3 (the suffix past the commit point)", n)
+	}
+	c.installed(&chain.Snap{N: 10, Data: kv.AppendClientEntries(nil, nil), More: true})
+	if _, n := c.restartReport(); n != int(b.synced[1].Commit) {
+		t.Fatalf("after a snapshot page the restart report counts %d entries, want %d (the committed prefix)", n, b.synced[1].Commit)
 	}
 }
