@@ -1355,3 +1355,31 @@ func TestChainPageDropsTentative(t *testing.T) {
 		t.Fatalf("after a snapshot page the restart report counts %d entries, want %d (the committed prefix)", n, b.synced[1].Commit)
 	}
 }
+
+// TestChainRejoinKeepsOnlyPersisted: a log member told it is out keeps as
+// tentative only the part of its log past its commit point that its host
+// persisted: an update it took but never handed to its host is on no disk,
+// and a restart from its report would take it as durable history (adopt
+// counts the whole history as written). Without the filter the report
+// counts the unwritten update.
+func TestChainRejoinKeepsOnlyPersisted(t *testing.T) {
+	ids := []uint64{1, 2, 3}
+	b := newChainBed(t, ids...)
+	for i := uint64(1); i <= 3; i++ {
+		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+	}
+	if err := b.propose(1, 7, 4, "w4"); err != nil {
+		t.Fatal(err)
+	}
+	c := b.cores[1]
+	if n := len(c.m.History()); n != 4 {
+		t.Fatalf("the head holds %d entries after a 4th update, want 4", n)
+	}
+	c.rejoin("test")
+	if _, n := c.restartReport(); n != 3 {
+		t.Fatalf("after its rejoin the head's restart report counts %d entries, want 3 (its 4th is on no disk)", n)
+	}
+}
