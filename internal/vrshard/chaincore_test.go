@@ -1322,6 +1322,19 @@ func TestChainJoinerMergesNoHole(t *testing.T) {
 	}
 }
 
+// bedWithWrites is a chain bed of ids after n writes at its head, each
+// pumped to its end.
+func bedWithWrites(t *testing.T, ids []uint64, n uint64) *chainBed {
+	b := newChainBed(t, ids...)
+	for i := uint64(1); i <= n; i++ {
+		if err := b.propose(ids[0], 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+	}
+	return b
+}
+
 // TestChainPageDropsTentative: a member restarted with a log past its
 // commit point keeps that suffix (chainCore.tentative) and counts it in
 // its restart report, until its pre-copy begins. A pre-copy by snapshot
@@ -1333,13 +1346,7 @@ func TestChainJoinerMergesNoHole(t *testing.T) {
 // still counts the suffix.
 func TestChainPageDropsTentative(t *testing.T) {
 	ids := []uint64{1, 2, 3}
-	b := newChainBed(t, ids...)
-	for i := uint64(1); i <= 3; i++ {
-		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
-			t.Fatal(err)
-		}
-		b.pump()
-	}
+	b := bedWithWrites(t, ids, 3)
 	if b.synced[1].Commit >= 3 || len(b.disk[1]) != 3 {
 		t.Fatalf("the head synced commit point %d, logged %d: want a log past the commit point", b.synced[1].Commit, len(b.disk[1]))
 	}
@@ -1364,13 +1371,7 @@ func TestChainPageDropsTentative(t *testing.T) {
 // counts the unwritten update.
 func TestChainRejoinKeepsOnlyPersisted(t *testing.T) {
 	ids := []uint64{1, 2, 3}
-	b := newChainBed(t, ids...)
-	for i := uint64(1); i <= 3; i++ {
-		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
-			t.Fatal(err)
-		}
-		b.pump()
-	}
+	b := bedWithWrites(t, ids, 3)
 	if err := b.propose(1, 7, 4, "w4"); err != nil {
 		t.Fatal(err)
 	}
