@@ -1334,7 +1334,13 @@ func (c *chainCore) installed(s *chain.Snap) {
 	}
 	c.out.Snapshot = &core.Snapshot{Op: uint64(s.N), Clients: clients, Data: d.B, From: s.From, Next: s.Next, More: s.More}
 	if s.More {
-		return // a page: its host writes it; nothing is installed yet
+		// A page: its host writes it into the engine; nothing is installed
+		// yet. The pre-copy has begun: the tentative suffix is no longer
+		// what this member may restart the chain from (its host's state is
+		// part of a snapshot now, which chain.Member.restart refuses — an
+		// adopt would make a new member that knows nothing of the pages).
+		c.tentative = nil
+		return
 	}
 	c.out.HasTruncate, c.truncate, c.tentative = false, nil, nil // the snapshot replaces the whole log
 	c.clients = kv.NewClientTable(vr.MaxClients)

@@ -12,6 +12,7 @@ import (
 	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/chainmaster"
 	"github.com/kefirdb/kefir/internal/core"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/mutation"
 )
 
@@ -1318,5 +1319,68 @@ func TestChainJoinerMergesNoHole(t *testing.T) {
 	t.Logf("mergeGapOff: chain %v", logs)
 	if slices.Equal(logs[4], []string{"w1", "w2", "w3"}) {
 		t.Fatalf("mergeGapOff not caught: the joiner holds %v", logs[4])
+	}
+}
+
+// bedWithWrites is a chain bed of ids after n writes at its head, each
+// pumped to its end.
+func bedWithWrites(t *testing.T, ids []uint64, n uint64) *chainBed {
+	b := newChainBed(t, ids...)
+	for i := uint64(1); i <= n; i++ {
+		if err := b.propose(ids[0], 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+	}
+	return b
+}
+
+// TestChainPageDropsTentative: a member restarted with a log past its
+// commit point keeps that suffix (chainCore.tentative) and counts it in
+// its restart report, until its pre-copy begins. A pre-copy by snapshot
+// pages begins with a page written into the engine and no log write: from
+// then on the member's state is part of a snapshot, and the suffix is no
+// longer a history it may restart the chain from (chain.Member.restart
+// refuses a paged member; chainCore.adopt would build a new member that
+// knows nothing of the pages). Without the page clearing it, the report
+// still counts the suffix.
+func TestChainPageDropsTentative(t *testing.T) {
+	ids := []uint64{1, 2, 3}
+	b := bedWithWrites(t, ids, 3)
+	if b.synced[1].Commit >= 3 || len(b.disk[1]) != 3 {
+		t.Fatalf("the head synced commit point %d, logged %d: want a log past the commit point", b.synced[1].Commit, len(b.disk[1]))
+	}
+	c, err := openChain(chainConfig{Self: 1, Master: bedMaster, Members: ids}, core.Boot{HardState: b.synced[1], Entries: b.disk[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, n := c.restartReport(); n != 3 {
+		t.Fatalf("restart report counts %d entries, want 3 (the suffix past the commit point)", n)
+	}
+	c.installed(&chain.Snap{N: 10, Data: kv.AppendClientEntries(nil, nil), More: true})
+	if _, n := c.restartReport(); n != int(b.synced[1].Commit) {
+		t.Fatalf("after a snapshot page the restart report counts %d entries, want %d (the committed prefix)", n, b.synced[1].Commit)
+	}
+}
+
+// TestChainRejoinKeepsOnlyPersisted: a log member told it is out keeps as
+// tentative only the part of its log past its commit point that its host
+// persisted: an update it took but never handed to its host is on no disk,
+// and a restart from its report would take it as durable history (adopt
+// counts the whole history as written). Without the filter the report
+// counts the unwritten update.
+func TestChainRejoinKeepsOnlyPersisted(t *testing.T) {
+	ids := []uint64{1, 2, 3}
+	b := bedWithWrites(t, ids, 3)
+	if err := b.propose(1, 7, 4, "w4"); err != nil {
+		t.Fatal(err)
+	}
+	c := b.cores[1]
+	if n := len(c.m.History()); n != 4 {
+		t.Fatalf("the head holds %d entries after a 4th update, want 4", n)
+	}
+	c.rejoin("test")
+	if _, n := c.restartReport(); n != 3 {
+		t.Fatalf("after its rejoin the head's restart report counts %d entries, want 3 (its 4th is on no disk)", n)
 	}
 }
