@@ -3,7 +3,6 @@ package chain
 import (
 	"cmp"
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/kefirdb/kefir/internal/mutation"
@@ -988,22 +987,31 @@ func (m *Master) maybeRestart() bool {
 // prefixes of the head's, so the longest holds the others.
 //
 // A history of a checkpoint with no entry after it does not know its last
-// update's number (lu 0): it is a committed prefix (a host checkpoints only
-// committed state, and its suffix past the commit point would carry
-// numbers), and counts as the newest epoch — taking a longer log of an
-// older epoch over it could drop what it committed.
+// update's number (lu 0; the host keeps no number with its checkpoint): it
+// is a committed prefix (a host checkpoints only committed state), compared
+// by length, as all histories were before the suffixes past the commit
+// points counted. Neither way is right in every case (review33d): counted
+// as the newest epoch, the checkpoint of a member that failed and was left
+// behind wins over the longer logs of the members that went on and
+// acknowledged more — every write since it failed lost
+// (TestRestartCheckpointAloneBehind); by length, an old head's longer log
+// of an older epoch, its suffix never passed on, wins over a checkpoint of
+// the newer epoch's committed updates when no candidate holds a log entry
+// of that epoch — the updates committed since the old head failed and
+// before the checkpoint, at positions its suffix also holds, lost
+// (TestRestartPrefersTheNewerEpoch, snap). The second needs an old head's
+// unpassed suffix longer than what the chain committed after it, and every
+// other durable candidate checkpointed with nothing after it; the first
+// only a member failed, checkpointed, and the rest lost together later: by
+// length. The fix for both: the checkpoint's last number kept with it.
 func (m *Master) upToDate(a, b restartReport) bool {
-	if ea, eb := m.reportEpoch(a), m.reportEpoch(b); ea != eb {
+	if a.lu == 0 || b.lu == 0 {
+		return a.length > b.length
+	}
+	if ea, eb := a.lu>>m.seqBits, b.lu>>m.seqBits; ea != eb {
 		return ea > eb
 	}
 	return a.length > b.length
-}
-
-func (m *Master) reportEpoch(r restartReport) uint64 {
-	if r.lu == 0 && r.length > 0 {
-		return math.MaxUint64
-	}
-	return r.lu >> m.seqBits
 }
 
 // Awaited lists the candidates of a chain that is down that have not
