@@ -109,47 +109,73 @@ func TestCadHeldBatchesDoNotDelayWhatWaitsForThem(t *testing.T) {
 		}, "session:", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t, 3, func(o *Options) {
-				o.CadSyncDelay = delay
-				if tc.mutate != nil {
-					tc.mutate(o)
-				}
-			})
-			l := c.leader(5 * time.Second)
-			c.write(set("warm", "up"), shard.ReqID{Client: 9, Seq: 1}, 5*time.Second)
-			c.waitApplied(c.reps[l].Info().Commit, 5*time.Second)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*delay)
-			defer cancel()
-			res, err := c.reps[l].Write(ctx, set("k", "v1"), level.CAD, shard.ReqID{Client: 5, Seq: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if held, _ := c.gcStats(); held == 0 {
-				t.Fatal("the cad write's batch was not held: the test shows nothing")
-			}
-			start := time.Now()
-			got, err := tc.after(ctx, c.reps[l], res.Version)
-			took := time.Since(start)
+			// A mutation's row gets three tries: under load something else
+			// (a view change, another round's sync) may release the held
+			// batch before the deadline, and one such try shows nothing
+			// (a CI race run, 3 ms). Caught in none of three: not caught.
+			tries := 1
 			if tc.mutate != nil {
-				if err == nil && took <= time.Second {
-					t.Fatalf("the mutation was not caught: done in %v", took)
+				tries = 3
+			}
+			for try := 1; try <= tries; try++ {
+				if heldBatchRow(t, tc.after, tc.want, tc.mutate, delay, try == tries) {
+					return
 				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if took > time.Second {
-				t.Fatalf("took %v: it waited for the held batches' deadline (%v)", took, delay)
-			}
-			if got != tc.want {
-				t.Fatalf("got %q, want %q", got, tc.want)
-			}
-			if _, late := c.gcStats(); late != 0 {
-				t.Fatalf("%d fsyncs started by the deadline", late)
+				t.Logf("try %d of %d: the mutation not caught (the batch was released early); again", try, tries)
 			}
 		})
 	}
+}
+
+// heldBatchRow runs one row of TestCadHeldBatchesDoNotDelayWhatWaitsForThem
+// on a fresh cluster. With a mutation it reports whether the mutation was
+// caught, failing the test only on the last try (last); without one it
+// fails the test on any failure and reports true.
+func heldBatchRow(t *testing.T, after func(ctx context.Context, r *Replica, ver uint64) (string, error), want string, mutate func(o *Options), delay time.Duration, last bool) bool {
+	t.Helper()
+	c := newCluster(t, 3, func(o *Options) {
+		o.CadSyncDelay = delay
+		if mutate != nil {
+			mutate(o)
+		}
+	})
+	l := c.leader(5 * time.Second)
+	c.write(set("warm", "up"), shard.ReqID{Client: 9, Seq: 1}, 5*time.Second)
+	c.waitApplied(c.reps[l].Info().Commit, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*delay)
+	defer cancel()
+	res, err := c.reps[l].Write(ctx, set("k", "v1"), level.CAD, shard.ReqID{Client: 5, Seq: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := c.gcStats(); held == 0 {
+		t.Fatal("the cad write's batch was not held: the test shows nothing")
+	}
+	start := time.Now()
+	got, err := after(ctx, c.reps[l], res.Version)
+	took := time.Since(start)
+	if mutate != nil {
+		if err == nil && took <= time.Second {
+			if last {
+				t.Fatalf("the mutation was not caught: done in %v", took)
+			}
+			return false
+		}
+		return true
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took > time.Second {
+		t.Fatalf("took %v: it waited for the held batches' deadline (%v)", took, delay)
+	}
+	if got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if _, late := c.gcStats(); late != 0 {
+		t.Fatalf("%d fsyncs started by the deadline", late)
+	}
+	return true
 }
 
 // A follower that receives the leader's sync hint must not hold the hinted
