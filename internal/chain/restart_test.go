@@ -404,14 +404,7 @@ func TestRestartPrefersTheNewerEpoch(t *testing.T) {
 		for _, id := range ids {
 			h.crash(id, true)
 		}
-		if !h.master.Down() {
-			t.Fatal("the master is not down with every member crashed")
-		}
-		restarted := false
-		for _, id := range ids {
-			r := reports[id]
-			restarted = h.master.Restarted(id, r.lu, r.length)
-		}
+		restarted := reportRestarts(t, h, ids, reports)
 		if ms := h.master.Members(); !restarted || len(ms) != 1 {
 			t.Fatalf("restarted %v, members %v: want a chain of one", restarted, ms)
 		}
@@ -467,6 +460,17 @@ func TestRestartCheckpointAloneBehind(t *testing.T) {
 		reports[id] = restartReport{lu: s.LU, length: s.Base + s.Log}
 		h.crash(id, true)
 	}
+	restarted := reportRestarts(t, h, ids, reports)
+	if ms := h.master.Members(); !restarted || len(ms) != 1 || ms[0] == 1 {
+		t.Fatalf("restarted %v, members %v: want a chain of 2 or 3 (holding the 20 acknowledged updates), not 1's checkpoint of 10", restarted, ms)
+	}
+}
+
+// reportRestarts tells h's master, down with every member crashed, that
+// each of ids restarted holding reports[id], and whether the chain
+// restarted at the last report.
+func reportRestarts(t *testing.T, h *harness, ids []NodeID, reports map[NodeID]restartReport) bool {
+	t.Helper()
 	if !h.master.Down() {
 		t.Fatal("the master is not down with every member crashed")
 	}
@@ -475,7 +479,5 @@ func TestRestartCheckpointAloneBehind(t *testing.T) {
 		r := reports[id]
 		restarted = h.master.Restarted(id, r.lu, r.length)
 	}
-	if ms := h.master.Members(); !restarted || len(ms) != 1 || ms[0] == 1 {
-		t.Fatalf("restarted %v, members %v: want a chain of 2 or 3 (holding the 20 acknowledged updates), not 1's checkpoint of 10", restarted, ms)
-	}
+	return restarted
 }

@@ -286,6 +286,16 @@ func probeEvery(after time.Duration) time.Duration {
 	return min(max(after/10, 500*time.Millisecond), 5*time.Second)
 }
 
+// mover is a Mover to the metadata group built from Net (its seeds and
+// connection settings; none: real time, no seeds), retrying for retryFor.
+func (r *Repairer) mover(retryFor time.Duration) *Mover {
+	var seeds []string
+	if r.Net != nil {
+		seeds = r.Net.Seeds
+	}
+	return r.Net.like(seeds, retryFor)
+}
+
 func (r *Repairer) now() time.Time { return r.Net.clock().Now() }
 
 func (r *Repairer) logf(format string, a ...any) {
@@ -335,11 +345,7 @@ func (r *Repairer) Tick(ctx context.Context, cm *kv.ClusterMap) {
 	if !r.probing && now.Sub(r.lastProbe) >= probeEvery(after) {
 		r.probing, r.lastProbe = true, now
 		gen := r.gen
-		var seeds []string
-		if r.Net != nil {
-			seeds = r.Net.Seeds
-		}
-		r.spawn(ctx, "probe", r.Net.like(seeds, 0), func(ctx context.Context, mv *Mover) {
+		r.spawn(ctx, "probe", r.mover(0), func(ctx context.Context, mv *Mover) {
 			probe := r.Probe
 			if probe == nil {
 				probe = func(ctx context.Context, mv *Mover, cm *kv.ClusterMap) map[uint64]bool {
@@ -378,11 +384,7 @@ func (r *Repairer) Tick(ctx context.Context, cm *kv.ClusterMap) {
 	}
 	r.running = true
 	gen := r.gen
-	var seeds []string
-	if r.Net != nil {
-		seeds = r.Net.Seeds
-	}
-	r.spawn(ctx, fmt.Sprintf("repair of node %d", d.Node), r.Net.like(seeds, 30*time.Second), func(ctx context.Context, mv *Mover) {
+	r.spawn(ctx, fmt.Sprintf("repair of node %d", d.Node), r.mover(30*time.Second), func(ctx context.Context, mv *Mover) {
 		rctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		r.mu.Lock()
