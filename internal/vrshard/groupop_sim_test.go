@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -177,7 +178,9 @@ func (r *groupOpRun) addGroup(ctx context.Context, mv *kcluster.Mover) error {
 // started is started, bootstrapping the group's first view (its first
 // start, with no directory).
 func (c *simCluster) startAdded(k int, cm *kv.ClusterMap) {
-	for g := range c.unadded {
+	// In group order: each start is scheduled, and a map's order would make
+	// two runs of one seed differ.
+	for _, g := range slices.Sorted(maps.Keys(c.unadded)) {
 		a := c.replicaAt(k, g)
 		if _, ok := cm.Group(uint64(g)); !ok || a < 0 || c.addedOn[a] {
 			continue

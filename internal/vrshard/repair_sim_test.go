@@ -3,6 +3,7 @@ package vrshard
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -367,7 +368,10 @@ func (rs *repairSim) followMap() {
 		d.finished = true
 		d.log = append(d.log, fmt.Sprintf("%v: node %d repaired: the map names it in no group", s.Now(), old))
 	}
-	for g, sp := range d.spare {
+	// In group order: each opening schedules its replica's start, so a map's
+	// order would make two runs of one seed differ.
+	for _, g := range slices.Sorted(maps.Keys(d.spare)) {
+		sp := d.spare[g]
 		if c.joined[sp] != nil || c.node[sp] < 0 || !slices.Contains(kcluster.GroupMembersOf(cm, g), uint64(c.node[sp]+1)) {
 			continue
 		}
