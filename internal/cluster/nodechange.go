@@ -242,17 +242,38 @@ func (c *NodeChange) reconfigure(ctx context.Context, gmv *Mover, was []uint64, 
 // learned of the change yet (a follower that lags, or is cut off from the
 // leader) answers an older one; planned against it again, the request
 // would be refused again, at every attempt and every rerun while that
-// member lags. So the next member (gmv's next seed) is asked, each once;
-// when none is there yet, the last answer.
+// member lags. So the next member (gmv's next seed) is asked. A refusal
+// can also name a change the leader has ordered and not committed yet
+// (vr.EpochMovedError.Pending): no member has its epoch until it commits,
+// in a round trip and an fsync, or it is lost in a view change. So once
+// every member was asked, they are asked again every configPoll until
+// configWait has passed; then the last answer.
 func configAtLeast(ctx context.Context, gmv *Mover, g GroupID, atLeast uint64) (GroupConfig, error) {
+	clock := gmv.clock()
+	deadline := clock.Now().Add(configWait)
 	for asked := 1; ; asked++ {
 		cur, err := gmv.GroupConfigOf(ctx, g)
-		if err != nil || cur.Epoch >= atLeast || asked >= len(gmv.Seeds) {
+		if err != nil || cur.Epoch >= atLeast {
 			return cur, err
+		}
+		if asked%len(gmv.Seeds) == 0 {
+			if !clock.Now().Before(deadline) {
+				return cur, nil
+			}
+			if err := clock.Sleep(ctx, configPoll); err != nil {
+				return cur, err
+			}
 		}
 		gmv.Seeds = append(gmv.Seeds[1:], gmv.Seeds[0])
 	}
 }
+
+// configAtLeast's bound and pace: a pending change commits in
+// milliseconds; a member cut off from its leader may never catch up.
+const (
+	configWait = 2 * time.Second
+	configPoll = 50 * time.Millisecond
+)
 
 // rebaseChange is the members a group whose configuration is cur is asked
 // for by a change planned from the map's members was to planned: the

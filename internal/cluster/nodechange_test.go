@@ -59,6 +59,11 @@ type fakeGroup struct {
 	// learned of the last change: partitioned, or slow).
 	lagging map[string]resp.Value
 	calls   map[string]int
+	// pending: a change another party ordered from the current epoch and
+	// the group has not committed yet (its leader refuses a request
+	// planned against the current epoch, naming the next one: the VR
+	// core's EpochMovedError.Pending); nil: none.
+	pending []uint64
 	// asked: every RECONFIG's expected epoch and members; done: the
 	// accepted ones' members.
 	asked []string
@@ -109,6 +114,10 @@ func (g *fakeGroup) transport(ctx context.Context, addr string, args [][]byte) (
 			ids = append(ids, id)
 		}
 		g.asked = append(g.asked, fmt.Sprintf("%d:%v", e, ids))
+		if e >= 0 && e == g.epoch && g.pending != nil {
+			moved := &EpochMovedError{Group: 1, Expected: uint64(e), Epoch: uint64(g.epoch) + 1, Members: g.pending}
+			return resp.Value{Kind: resp.Error, Str: []byte(moved.Error())}, nil
+		}
 		if e >= 0 && e != g.epoch {
 			moved := &EpochMovedError{Group: 1, Expected: uint64(e), Epoch: uint64(g.epoch), Members: g.members}
 			return resp.Value{Kind: resp.Error, Str: []byte(moved.Error())}, nil
@@ -193,6 +202,37 @@ func TestNodeChangeReadsPastALaggingMember(t *testing.T) {
 	if len(g.done) != 1 || !slices.Equal(g.done[0], []uint64{1, 7, 9}) {
 		t.Fatalf("the group became %v (asked %v), want [1 7 9] (node 3 replaced by 7, the repairer's 5 -> 9 kept)", g.done, g.asked)
 	}
+}
+
+// The request reaches the leader while another change, ordered from the
+// same epoch, is not committed yet (the repairer's 5 -> 9): the leader
+// names the epoch it is moving to, which no member has until the change
+// commits. The step must wait for it and plan against it — not read the
+// old epoch again at once, be refused again and give up ("keeps changing")
+// within the change's commit round trip, as it did when the reconfiguring
+// leader's refusal was a generic error.
+func TestNodeChangeWaitsForAPendingChange(t *testing.T) {
+	g := &fakeGroup{t: t, epoch: 2, members: []uint64{1, 3, 5}, previous: []uint64{1, 3, 6}, pending: []uint64{1, 3, 9}}
+	reads := 0
+	g.onConfig = func(g *fakeGroup, n int) {
+		if g.pending == nil || len(g.asked) == 0 {
+			return
+		}
+		// The pending change commits at the tenth read after the refusal
+		// (reading each of the three members at each of the step's
+		// attempts, at once, is six).
+		if reads++; reads == 10 {
+			g.epoch, g.members, g.previous, g.pending = g.epoch+1, g.pending, g.members, nil
+		}
+	}
+	nc := &NodeChange{Cmd: "test", Leaving: []uint64{3}, CatchUp: 5 * time.Second}
+	if err := g.run(nc, nodeChangeMap(), []GroupChange{{Group: 1, Members: []uint64{1, 7, 5}}}); err != nil {
+		t.Fatalf("Run: %v (asked %v)", err, g.asked)
+	}
+	if len(g.done) != 1 || !slices.Equal(g.done[0], []uint64{1, 7, 9}) {
+		t.Fatalf("the group became %v (asked %v), want [1 7 9] (node 3 replaced by 7, the pending 5 -> 9 kept)", g.done, g.asked)
+	}
+	t.Logf("DEBUG asked %v calls %v", g.asked, g.calls)
 }
 
 // A group that changes again during every catch-up wait: the step plans

@@ -98,9 +98,15 @@ const AnyEpoch = math.MaxUint64
 type EpochMovedError struct {
 	Expected, Epoch uint64
 	Members         []uint64
+	// Pending: the change to Epoch is ordered, not committed yet (it may
+	// still be lost in a view change of epoch Expected).
+	Pending bool
 }
 
 func (e *EpochMovedError) Error() string {
+	if e.Pending {
+		return fmt.Sprintf("vr: the group is moving to epoch %d (members %v) from epoch %d, which the reconfiguration expected: another change came first", e.Epoch, e.Members, e.Expected)
+	}
 	return fmt.Sprintf("vr: the group is at epoch %d (members %v), not at epoch %d as the reconfiguration expected: another change came first", e.Epoch, e.Members, e.Expected)
 }
 
@@ -249,6 +255,16 @@ func (r *Replica) checkMembers(members []uint64) error {
 func (r *Replica) Reconfigure(now int64, epoch uint64, members []uint64) error {
 	r.observe(now)
 	if err := r.canOrder(); err != nil {
+		// A change planned against this epoch while another one, ordered
+		// from it, is under way: the epoch is about to move (or the other
+		// change is lost in a view change, and the group stays). Refused
+		// as moved, naming the change under way, so the caller plans
+		// against the configuration that comes of it (waiting for it)
+		// rather than giving up on a refusal it cannot read.
+		var re *ReconfiguredError
+		if epoch == r.cfg.Epoch && errors.As(err, &re) && re.Pending {
+			return &EpochMovedError{Expected: epoch, Epoch: re.Epoch, Members: re.Members, Pending: true}
+		}
 		return err
 	}
 	if epoch != AnyEpoch && epoch != r.cfg.Epoch {

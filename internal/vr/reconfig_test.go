@@ -142,6 +142,16 @@ func TestReconfigureComparesTheEpoch(t *testing.T) {
 	if err := n.rs[1].Reconfigure(n.now, e, []uint64{2, 3, 4}); err != nil {
 		t.Fatal(err)
 	}
+	// While that change is under way, one planned against epoch e is
+	// refused as moved, naming the change (the caller waits for it and
+	// plans again); an old caller's (no epoch) gets the refusal it knew.
+	var pend *EpochMovedError
+	if err := n.rs[1].Reconfigure(n.now, e, []uint64{1, 2, 5}); !errors.As(err, &pend) || !pend.Pending || pend.Epoch != e+1 || !slices.Equal(pend.Members, []uint64{2, 3, 4}) {
+		t.Fatalf("a request planned against epoch %d while the change to %d is under way: %v, want a pending EpochMovedError", e, e+1, err)
+	}
+	if err := n.rs[1].Reconfigure(n.now, AnyEpoch, []uint64{1, 2, 5}); !errors.Is(err, ErrReconfigured) {
+		t.Fatalf("a request with no epoch while a change is under way: %v, want ErrReconfigured", err)
+	}
 	n.ready(1)
 	n.deliver(nil)
 	// The request planned against epoch e ([1 2 3] -> [1 2 5]) would put

@@ -76,8 +76,8 @@ var ErrNoReconfig = errors.New("vrshard: this replica's core does not reconfigur
 // record of it is durable. The core's refusals come back typed:
 // *NotLeaderError (with the leader's address when known), vr.ErrBadMembers,
 // vr.ErrReconfigUnsupported (nilext or follower reads), *vr.ReconfiguredError
-// (a reconfiguration is already under way), *vr.EpochMovedError (the group
-// is no longer at epoch: the core's compare-and-set), ErrBusy. If the leader loses its
+// (a reconfiguration is already under way, and epoch is vr.AnyEpoch), *vr.EpochMovedError (the group
+// is no longer at epoch, or is moving from it (Pending): the core's compare-and-set), ErrBusy. If the leader loses its
 // view before the move commits the answer is ErrOutcomeUnknown: the request
 // may still commit under the next leader; ask Info().Epoch, or again.
 //
