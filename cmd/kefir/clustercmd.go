@@ -833,7 +833,7 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 			}
 			added = news
 		}
-		return groupsChange(ctx, cmd, mv, cm, *old, newNode, removed, added, cluster.GroupID(*only), catch, *asJSON, stdout, stderr)
+		return groupsChange(ctx, cmd, mv, cm, *old, newNode, removed, added, *replicas, cluster.GroupID(*only), catch, *asJSON, stdout, stderr)
 	} else if !strings.Contains(err.Error(), "needs a node of several groups") {
 		return fmt.Errorf("%s: cannot get the group's configuration from %s (nor the cluster map): %w; nothing changed", cmd, strings.Join(mv.Seeds, ","), err)
 	}
@@ -883,7 +883,7 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 // repairer runs too. Every step is idempotent, so a rerun after a crash
 // (of this command or of a node) finishes the job.
 func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.ClusterMap, old uint64, nw cluster.Member, removed []uint64,
-	added []cluster.Member, only cluster.GroupID, catchUp time.Duration, asJSON bool, stdout, stderr io.Writer) error {
+	added []cluster.Member, grow int, only cluster.GroupID, catchUp time.Duration, asJSON bool, stdout, stderr io.Writer) error {
 	var plan []cluster.GroupChange
 	var newNodes []cluster.Member // nodes to record in the map first
 	var err error
@@ -896,6 +896,9 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 		}
 		var ch cluster.GroupChange
 		ch, newNodes, err = cluster.PlanAddMembers(cm, only, added)
+		if !ch.Chain {
+			ch.Size = grow // --replicas: a size to grow to, not these nodes in
+		}
 		if len(ch.Members) > 0 {
 			plan = []cluster.GroupChange{ch}
 		}

@@ -538,6 +538,10 @@ type GroupChange struct {
 	// command waits until the map's list has Join and not Leave).
 	Chain       bool
 	Join, Leave []uint64
+	// Size: a VR growth's target (add-members --replicas), not the nodes
+	// it adds: a group grown meanwhile gets only what it lacks
+	// (rebaseChange); 0: the change is its nodes.
+	Size int
 }
 
 // PlanNodeChange returns, for a cluster of several groups whose map is cm,

@@ -201,7 +201,7 @@ func (c *NodeChange) reconfigure(ctx context.Context, gmv *Mover, was []uint64, 
 		if cur, err = configAtLeast(ctx, gmv, step.Group, seen); err != nil {
 			return GroupConfig{}, fmt.Errorf("%s: %w; nothing changed for group %d (rerun the command)", cmd, err, step.Group)
 		}
-		members, err := rebaseChange(was, step.Members, cur.Members)
+		members, err := rebaseChange(was, step.Members, cur.Members, step.Size)
 		if err != nil {
 			return GroupConfig{}, fmt.Errorf("%s: group %d: %w (rerun the command; nothing changed for it)", cmd, step.Group, err)
 		}
@@ -289,10 +289,24 @@ const (
 // A node to add that became a member by another change meanwhile, or a
 // result that is not an odd, non-empty group, is an error: the change is
 // to be planned again (a rerun's).
-func rebaseChange(was, planned, cur []uint64) ([]uint64, error) {
+//
+// size, when not 0, is a growth's target (add-members --replicas: the
+// group to that many members, not these nodes in): a group another
+// change grew meanwhile (a concurrent run's, which placed other nodes)
+// gets only what it lacks — nothing once it has size members — instead of
+// both runs' nodes (an overshoot: 7 members for --replicas 5).
+func rebaseChange(was, planned, cur []uint64, size int) ([]uint64, error) {
 	removed := slices.DeleteFunc(slices.Clone(was), func(id uint64) bool { return slices.Contains(planned, id) })
 	added := slices.DeleteFunc(slices.Clone(planned), func(id uint64) bool { return slices.Contains(was, id) })
 	in := func(id uint64) bool { return slices.Contains(cur, id) }
+	if size > 0 && len(removed) == 0 {
+		if len(cur) >= size {
+			return cur, nil
+		}
+		// The nodes not taken by the other change, as many as lack.
+		added = slices.DeleteFunc(added, in)
+		added = added[:min(len(added), size-len(cur))]
+	}
 	switch {
 	case len(removed) > 0 && !slices.ContainsFunc(removed, in),
 		len(removed) == 0 && !slices.ContainsFunc(added, func(id uint64) bool { return !in(id) }):

@@ -235,6 +235,20 @@ func TestNodeChangeWaitsForAPendingChange(t *testing.T) {
 	t.Logf("DEBUG asked %v calls %v", g.asked, g.calls)
 }
 
+// add-members --replicas 5 while another run of it grew the group to five
+// on other nodes (its placement saw other loads): the step asks for
+// nothing (before: both runs' nodes, seven members).
+func TestNodeChangeGrowthDoesNotOvershoot(t *testing.T) {
+	g := &fakeGroup{t: t, epoch: 3, members: []uint64{1, 3, 5, 2, 4}, previous: []uint64{1, 3, 5}}
+	nc := &NodeChange{Cmd: "add-members", CatchUp: 5 * time.Second}
+	if err := g.run(nc, nodeChangeMap(), []GroupChange{{Group: 1, Members: []uint64{1, 3, 5, 7, 9}, Size: 5}}); err != nil {
+		t.Fatalf("Run: %v (asked %v)", err, g.asked)
+	}
+	if len(g.done) != 0 || len(g.members) != 5 {
+		t.Fatalf("the group became %v (asked %v), want [1 3 5 2 4] unchanged", g.members, g.asked)
+	}
+}
+
 // A group that changes again during every catch-up wait: the step plans
 // against it again each time and, after reconfigAttempts, stops with "keeps
 // changing" for a rerun — it never asks for a change from a configuration

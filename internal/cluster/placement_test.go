@@ -432,13 +432,33 @@ func TestRebaseChange(t *testing.T) {
 		{"add, done already", []uint64{1, 2, 3}, []uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 3, 4, 5}, ""},
 		{"add, one made a member meanwhile", []uint64{1, 2, 3}, []uint64{1, 2, 3, 4, 5}, []uint64{1, 4, 3}, nil, "node 4, which the change adds"},
 	} {
-		got, err := rebaseChange(c.was, c.planned, c.cur)
+		got, err := rebaseChange(c.was, c.planned, c.cur, 0)
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("%s: %v %v, want an error with %q", c.name, got, err, c.err)
 			}
 			continue
 		}
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v %v, want %v", c.name, got, err, c.want)
+		}
+	}
+	// add-members --replicas 5, two runs at once from the map's [1 2 3]:
+	// the second finds the group grown by the first and asks for nothing
+	// more (before: both runs' nodes, seven members); a group that lacks
+	// members after another change gets only what it lacks.
+	for _, c := range []struct {
+		name              string
+		was, planned, cur []uint64
+		want              []uint64
+	}{
+		{"grow, grown by another run", []uint64{1, 2, 3}, []uint64{1, 2, 3, 6, 7}, []uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 3, 4, 5}},
+		{"grow, the same nodes", []uint64{1, 2, 3}, []uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 3, 4, 5}},
+		{"grow to 7, grown to 5 by another run", []uint64{1, 2, 3}, []uint64{1, 2, 3, 6, 7, 8, 9}, []uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 3, 4, 5, 6, 7}},
+		{"grow to 7, one taken by another run", []uint64{1, 2, 3}, []uint64{1, 2, 3, 4, 6, 7, 8}, []uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 3, 4, 5, 6, 7}},
+		{"grow, a member replaced meanwhile", []uint64{1, 2, 3}, []uint64{1, 2, 3, 4, 5}, []uint64{1, 2, 9}, []uint64{1, 2, 9, 4, 5}},
+	} {
+		got, err := rebaseChange(c.was, c.planned, c.cur, len(c.planned))
 		if err != nil || !slices.Equal(got, c.want) {
 			t.Errorf("%s: %v %v, want %v", c.name, got, err, c.want)
 		}
