@@ -310,6 +310,22 @@ func (m *Master) send(to NodeID, msg Msg) {
 	if msg.Epoch == 0 {
 		msg.Epoch = m.epoch
 	}
+	switch msg.Type {
+	case MsgCRHead, MsgCRMid, MsgCRTail, MsgRestart:
+		// A repair's (or a restart's) order names the configuration it
+		// makes, at its epoch: the member that takes it knows the chain
+		// at that epoch and reports it in its heartbeats, from which a
+		// restarted master learns the chain. Without it a member knew the
+		// chain only from heartbeat answers, so one repaired to a new epoch
+		// whose master failed before answering it reported the new epoch
+		// with the old members, and the next master adopted them: members
+		// the repair had cut out were granted leases and served reads
+		// missing the writes the chain took since (the host simulation's
+		// AUSI D-Mb-D seed 299).
+		if msg.Members == nil {
+			msg.Members = slices.Clone(m.members)
+		}
+	}
 	m.out.Msgs = append(m.out.Msgs, msg)
 }
 

@@ -64,7 +64,9 @@ const (
 	// MsgTruncateDone: the old tail → the new one: it stopped answering; the
 	// new tail may take over.
 	MsgTruncateDone
-	// Repair orders and their answers (CR_HEAD, CR_MID, CR_TAIL).
+	// Repair orders and their answers (CR_HEAD, CR_MID, CR_TAIL). An order
+	// (and a RESTART) names the configuration it makes in Members, for the
+	// member's host to report (the core does not read it).
 	MsgCRHead
 	MsgCRHeadDone
 	MsgCRMid // Target: the new successor
@@ -84,7 +86,9 @@ const (
 	// (Seq names it; LA, LU; Refused when the member is not a replica: a
 	// restarted member waiting to be joined, whose LA is then the length
 	// of its durable history in entries, what a master restarting a whole
-	// chain compares: Master.Restarted), the master's failure detector; master → member, the answer (the same Seq; Members, head
+	// chain compares: Master.Restarted; Epoch, and Members with their
+	// configuration's epoch in ID, +1: what a restarted master learns the
+	// chain from), the master's failure detector; master → member, the answer (the same Seq; Members, head
 	// first, and Epoch: the configuration, which the host uses to name the
 	// head), which grants the member a lease to serve from.
 	MsgHeartbeat

@@ -31,10 +31,11 @@
 //     until the master is back. The master keeps its configuration in
 //     memory only, so a (re)started master first learns: for up to
 //     FailAfter it only listens to heartbeats — it answers none, joins
-//     nobody, fails nobody — and adopts the configuration and epoch of the
-//     member reporting the highest epoch, if above its own; it ends
+//     nobody, fails nobody — and adopts the newest configuration a member
+//     reports (each heartbeat names its configuration's epoch: Learner)
+//     at the highest epoch any member reports, if above its own; it ends
 //     early once every member of the configuration it holds has reported
-//     an epoch no higher. Its orders then carry an epoch above every
+//     none newer. Its orders then carry an epoch above every
 //     member's it heard. The members refuse a repair order or a heartbeat
 //     answer from an epoch below their own, so a master still holding a
 //     stale configuration can neither rewire the chain nor grant a lease.
@@ -78,6 +79,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -289,10 +291,23 @@ func lostHistory(prev progress, known bool, hb chain.Msg) bool {
 
 // Learner is what a (re)started master learns from the members'
 // heartbeats before it acts (the package comment, "Master failure"): the
-// configuration and epoch of the member reporting the highest epoch.
+// newest configuration a member reports, and the highest epoch any member
+// is at, above which the master's orders must be.
+//
+// A heartbeat reports the member's epoch (Epoch) and the configuration it
+// last heard of (Members) with that configuration's epoch (ID, +1; 0: a
+// member of a build before, whose configuration is taken to be at its
+// epoch). The two differ: a member moves to a repair's epoch on a message
+// from its new predecessor that names no configuration, and one that took
+// a repair's order whose master failed before any heartbeat answer
+// reports the order's configuration. Taking the members of the highest
+// Epoch instead adopted a stale list at a new epoch — members a repair had
+// cut out, granted leases again (the host simulation's AUSI D-Mb-D seed
+// 299).
 type Learner struct {
 	members  []chain.NodeID
-	epoch    uint64
+	cfgEpoch uint64 // the epoch of members
+	epoch    uint64 // the highest any member reported
 	reported map[chain.NodeID]uint64
 }
 
@@ -301,37 +316,46 @@ func NewLearner(members []chain.NodeID) *Learner {
 	return &Learner{members: slices.Clone(members), reported: map[chain.NodeID]uint64{}}
 }
 
-// Heard takes a member's heartbeat (its epoch and the configuration it last
-// heard of) and reports whether it replaced the configuration: a member
-// reporting an epoch above the learnt one knows a newer configuration. A
+// Heard takes a member's heartbeat and reports whether what the master
+// starts from changed: a newer configuration, or a higher epoch. A
 // joiner's heartbeat (Refused) teaches nothing.
 func (l *Learner) Heard(hb chain.Msg) bool {
 	if hb.Type != chain.MsgHeartbeat || hb.Refused {
 		return false
 	}
-	l.reported[hb.From] = hb.Epoch
-	if hb.Epoch <= l.epoch || len(hb.Members) == 0 {
-		return false
+	cfgEpoch := hb.Epoch
+	if hb.ID > 0 {
+		cfgEpoch = hb.ID - 1
 	}
-	l.members, l.epoch = slices.Clone(hb.Members), hb.Epoch
-	return true
+	l.reported[hb.From] = cfgEpoch
+	changed := false
+	if hb.Epoch > l.epoch {
+		l.epoch, changed = hb.Epoch, true
+	}
+	if cfgEpoch > l.cfgEpoch && len(hb.Members) > 0 {
+		l.members, l.cfgEpoch, changed = slices.Clone(hb.Members), cfgEpoch, true
+	}
+	return changed
 }
 
 // Done reports whether every member of the learnt configuration has
-// reported an epoch no higher than it: nobody heard knows a newer one. (A
-// master also stops learning after FailAfter, since a failed member is
-// never heard.)
+// reported a configuration no newer than it: nobody heard knows a newer
+// one. (A master also stops learning after FailAfter, since a failed
+// member is never heard.)
 func (l *Learner) Done() bool {
 	for _, id := range l.members {
-		if e, ok := l.reported[id]; !ok || e > l.epoch {
+		if e, ok := l.reported[id]; !ok || e > l.cfgEpoch {
 			return false
 		}
 	}
 	return true
 }
 
-// Config is the learnt configuration (head first) and its epoch.
-func (l *Learner) Config() ([]chain.NodeID, uint64) { return slices.Clone(l.members), l.epoch }
+// Config is the learnt configuration (head first) and the epoch the master
+// starts at: the highest any member reported (its next order is above it).
+func (l *Learner) Config() ([]chain.NodeID, uint64) {
+	return slices.Clone(l.members), max(l.epoch, l.cfgEpoch)
+}
 
 // Start registers the master on the transport and runs it until Close.
 func Start(cfg Config) (*Master, error) {
@@ -857,15 +881,19 @@ func (x *Master) lead() (bool, time.Time) {
 	// standalone master before), or a record older than what a master
 	// since announced. A member refuses a heartbeat answer or an order
 	// from an epoch below its own, so a master starting from the record
-	// would never grant a lease: it records the configuration of the
-	// member reporting the highest epoch, at that epoch, first.
-	var hi *chain.Msg
-	for _, r := range x.reports {
-		if hi == nil || r.Epoch > hi.Epoch || r.Epoch == hi.Epoch && r.From < hi.From {
-			hi = &r
-		}
+	// would never grant a lease: it records the newest configuration a
+	// member reports, at the highest epoch reported, first (a Learner of
+	// the reports, in node order).
+	given := make([]chain.NodeID, len(x.cfg.Members))
+	for i, id := range x.cfg.Members {
+		given[i] = chain.NodeID(id)
 	}
-	adopted := hi != nil && (cc == nil && hi.Epoch > 0 || cc != nil && hi.Epoch > cc.Epoch)
+	l := NewLearner(given)
+	for _, id := range slices.Sorted(maps.Keys(x.reports)) {
+		l.Heard(x.reports[id])
+	}
+	hiMembers, hiEpoch := l.Config()
+	adopted := hiEpoch > 0 && (cc == nil || hiEpoch > cc.Epoch)
 	// starting: this master records the chain's first configuration, so
 	// its members may be starting too.
 	starting := cc == nil && !adopted
@@ -873,12 +901,12 @@ func (x *Master) lead() (bool, time.Time) {
 		rec := &kv.ChainConfig{Group: x.cfg.Group, Members: slices.Clone(x.cfg.Members)}
 		op := kv.Op{Kind: kv.KindMapChainInit}
 		if adopted {
-			rec = &kv.ChainConfig{Group: x.cfg.Group, Epoch: hi.Epoch}
-			for _, id := range hi.Members {
+			rec = &kv.ChainConfig{Group: x.cfg.Group, Epoch: hiEpoch}
+			for _, id := range hiMembers {
 				rec.Members = append(rec.Members, uint64(id))
 			}
 			x.cfg.Logger.Warn("chain master: the members are ahead of the record: recording the newest configuration a member reports",
-				"record", cc, "member", uint64(hi.From), "members", rec.Members, "epoch", rec.Epoch)
+				"record", cc, "members", rec.Members, "epoch", rec.Epoch)
 			if cc != nil {
 				op = kv.Op{Kind: kv.KindMapChainSet, Delta: int64(cc.Epoch), Expected: kv.AppendChainConfig(nil, cc)}
 			}

@@ -14,7 +14,7 @@ import (
 // at epoch 0) is learnt at once.
 func TestLearnerAdoptsTheNewestConfiguration(t *testing.T) {
 	hb := func(from chain.NodeID, epoch uint64, refused bool, members ...chain.NodeID) chain.Msg {
-		return chain.Msg{Type: chain.MsgHeartbeat, From: from, Epoch: epoch, Refused: refused, Members: members}
+		return chain.Msg{Type: chain.MsgHeartbeat, From: from, Epoch: epoch, ID: epoch + 1, Refused: refused, Members: members}
 	}
 	l := NewLearner([]chain.NodeID{1, 2, 3})
 	if l.Heard(hb(4, 9, true, 4)) {
@@ -42,6 +42,40 @@ func TestLearnerAdoptsTheNewestConfiguration(t *testing.T) {
 	f.Heard(hb(2, 0, false, 1, 2))
 	if ms, e := f.Config(); !f.Done() || !slices.Equal(ms, []chain.NodeID{1, 2}) || e != 0 {
 		t.Fatalf("fresh chain: learnt %v at %d (done %v)", ms, e, f.Done())
+	}
+}
+
+// TestLearnerTakesTheConfigurationsOwnEpoch: a member's epoch and the
+// configuration it reports are not of one moment. The old master repaired
+// [2 1 3] twice (cut 1 out at epoch 7, 3 at 8) and died before answering a
+// heartbeat: node 2 took both orders — it is at 8 and knows [2] from them —
+// while 1 and 3 are at 6. A member moved by a new predecessor's
+// CR_MID_REPAIR (node 3 at 7) reports the configuration of its last answer
+// (6). The master learns [2] and starts above 8; from heartbeats of a
+// build before (no configuration epoch) it learns as it did.
+func TestLearnerTakesTheConfigurationsOwnEpoch(t *testing.T) {
+	hb := func(from chain.NodeID, epoch, cfgEpoch uint64, members ...chain.NodeID) chain.Msg {
+		return chain.Msg{Type: chain.MsgHeartbeat, From: from, Epoch: epoch, ID: cfgEpoch + 1, Members: members}
+	}
+	l := NewLearner([]chain.NodeID{1, 2, 3})
+	l.Heard(hb(1, 6, 6, 2, 1, 3))
+	l.Heard(hb(3, 7, 6, 2, 1, 3))
+	l.Heard(hb(2, 8, 8, 2))
+	if ms, e := l.Config(); !slices.Equal(ms, []chain.NodeID{2}) || e != 8 || !l.Done() {
+		t.Fatalf("learnt %v at %d (done %v), want [2] at 8", ms, e, l.Done())
+	}
+	// In another order: the same.
+	l = NewLearner([]chain.NodeID{1, 2, 3})
+	l.Heard(hb(2, 8, 8, 2))
+	l.Heard(hb(3, 9, 6, 2, 1, 3)) // moved past 8 by a message naming no configuration
+	if ms, e := l.Config(); !slices.Equal(ms, []chain.NodeID{2}) || e != 9 {
+		t.Fatalf("learnt %v at %d, want [2] at 9", ms, e)
+	}
+	// A member of a build before: its configuration taken at its epoch.
+	old := NewLearner([]chain.NodeID{1, 2, 3})
+	old.Heard(chain.Msg{Type: chain.MsgHeartbeat, From: 3, Epoch: 2, Members: []chain.NodeID{1, 3}})
+	if ms, e := old.Config(); !slices.Equal(ms, []chain.NodeID{1, 3}) || e != 2 {
+		t.Fatalf("from an older member: learnt %v at %d, want [1 3] at 2", ms, e)
 	}
 }
 

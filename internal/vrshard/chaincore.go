@@ -60,8 +60,15 @@ type chainCore struct {
 	self   uint64
 	master uint64
 	// chain is the configuration as last known (head first), for
-	// Info.Leader on a member that is not the head.
-	chain []uint64
+	// Info.Leader on a member that is not the head, and what its
+	// heartbeats report to a restarting master; chainEpoch is the epoch of
+	// the master's message that named it (a repair's order, a join's
+	// FLUSH, a heartbeat answer; 0: the configuration it was opened with).
+	// The member's own epoch can be ahead of it (a CR_MID_REPAIR from a
+	// new predecessor moves it without naming the chain), so the heartbeat
+	// reports both (chainmaster.Learner).
+	chain      []uint64
+	chainEpoch uint64
 
 	written int // history entries handed out in Ready.Entries
 	handed  int // history entries handed out in Committed
@@ -482,18 +489,21 @@ func (c *chainCore) Step(_ int64, m chain.Msg) {
 	switch m.Type {
 	case chain.MsgRestart:
 		c.adopt()
+		c.orderedChain(m)
 	case chain.MsgUpdate:
 		if c.lostUpdate(m) {
 			c.rejoin(fmt.Sprintf("update %s from %d after %s: an update was lost on the link",
 				chain.FormatSeq(m.Seq), m.From, chain.FormatSeq(c.status().LU)))
 			return
 		}
+	case chain.MsgCRHead, chain.MsgCRMid, chain.MsgCRTail:
+		// A repair's new configuration, which its order names (a master of
+		// a build before names none: learnt from the heartbeat answers).
+		c.orderedChain(m)
 	case chain.MsgFlush:
 		// A join's new configuration, before the master's next heartbeat
-		// answer says so (Info.Leader; repairs are learnt from the answers).
-		if m.Epoch >= c.status().Epoch {
-			c.setChain(m.Members)
-		}
+		// answer says so (Info.Leader).
+		c.orderedChain(m)
 		if c.status().State == chain.Joining {
 			n := len(c.m.History())
 			c.m.Step(m)
@@ -745,6 +755,18 @@ func (c *chainCore) chainIDs() []chain.NodeID {
 	return ids
 }
 
+// orderedChain takes the configuration a master's order m names (its
+// Members, at its epoch; a FLUSH's as the members pass it on) if it is
+// news: not older than the member's epoch nor than the configuration it
+// holds.
+func (c *chainCore) orderedChain(m chain.Msg) {
+	if len(m.Members) == 0 || m.Epoch < c.status().Epoch || m.Epoch < c.chainEpoch {
+		return
+	}
+	c.setChain(m.Members)
+	c.chainEpoch = m.Epoch
+}
+
 func (c *chainCore) setChain(ms []chain.NodeID) {
 	c.chain = c.chain[:0]
 	for _, id := range ms {
@@ -816,7 +838,10 @@ func (c *chainCore) heartbeatAnswer(m chain.Msg) {
 		}
 		c.beats = c.beats[1:]
 	}
-	c.setChain(m.Members)
+	if m.Epoch >= c.chainEpoch {
+		c.setChain(m.Members)
+		c.chainEpoch = m.Epoch
+	}
 }
 
 // readLease is the lease under which the host serves a member's
@@ -884,8 +909,9 @@ func (c *chainCore) Tick(now int64) {
 		c.out.Messages = append(c.out.Messages, chain.Msg{Type: chain.MsgHeartbeat, From: chain.NodeID(c.self),
 			To: chain.NodeID(c.master), Seq: c.beatSeq, LA: la, LU: lu, Refused: s.State == chain.Inactive,
 			// What a restarted master learns the chain from: this member's
-			// epoch and the configuration it last heard of.
-			Epoch: s.Epoch, Members: c.chainIDs(),
+			// epoch and the configuration it last heard of, with that
+			// configuration's epoch (+1; 0: not said, a build before).
+			Epoch: s.Epoch, Members: c.chainIDs(), ID: c.chainEpoch + 1,
 			// The mode it runs: the master refuses a member of another.
 			Token: c.mcfg.Mode.Wire()})
 	}
