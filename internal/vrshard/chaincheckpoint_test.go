@@ -123,19 +123,7 @@ func checkpointRestartLoses(t *testing.T, noNumber bool) (lost int) {
 		t.Fatal(err)
 	}
 
-	for i := range 3 {
-		g.restart(i)
-	}
-	head := -1
-	if !testgroup.Until(15*time.Second, 10*time.Millisecond, func() bool {
-		if ms := g.master.Members(); len(ms) == 3 && g.reps[ms[0]-1].Info().IsLeader {
-			head = int(ms[0] - 1)
-			return true
-		}
-		return false
-	}) {
-		t.Fatalf("no member heads the whole chain after the restart (master: %v)", g.master.Members())
-	}
+	head := g.restartAll()
 	for k := 1; k <= 2; k++ {
 		if got, want := g.read(head, fmt.Sprint("b", k)), fmt.Sprint("w", k); got == "" {
 			lost++
