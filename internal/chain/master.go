@@ -1002,24 +1002,21 @@ func (m *Master) maybeRestart() bool {
 // every committed update), and within one epoch the members' logs are
 // prefixes of the head's, so the longest holds the others.
 //
-// A history of a checkpoint with no entry after it does not know its last
-// update's number (lu 0; the host keeps no number with its checkpoint): it
-// is a committed prefix (a host checkpoints only committed state), compared
-// by length, as all histories were before the suffixes past the commit
-// points counted. Neither way is right in every case (review33d): counted
-// as the newest epoch, the checkpoint of a member that failed and was left
-// behind wins over the longer logs of the members that went on and
-// acknowledged more — every write since it failed lost
-// (TestRestartCheckpointAloneBehind); by length, an old head's longer log
-// of an older epoch, its suffix never passed on, wins over a checkpoint of
-// the newer epoch's committed updates when no candidate holds a log entry
-// of that epoch — the updates committed since the old head failed and
-// before the checkpoint, at positions its suffix also holds, lost
-// (TestRestartPrefersTheNewerEpoch, snap). The second needs an old head's
-// unpassed suffix longer than what the chain committed after it, and every
-// other durable candidate checkpointed with nothing after it; the first
-// only a member failed, checkpointed, and the rest lost together later: by
-// length. The fix for both: the checkpoint's last number kept with it.
+// A history of a checkpoint with no entry after it knows its last update's
+// number from its host, which keeps it with the checkpoint on disk (vrshard:
+// the snapshot record's number, chainCore.NumberAt), so it is compared as
+// any other. Without it, counted as the newest epoch, the checkpoint of a
+// member that failed and was left behind would win over the longer logs of
+// the members that went on and acknowledged more
+// (TestRestartCheckpointAloneBehind, review33d); counted by length, an old
+// head's longer log of an older epoch, its suffix never passed on, would
+// win over a checkpoint of the newer epoch's acknowledged updates
+// (TestRestartCheckpointOfTheNewerEpoch). A report of lu 0 with entries
+// comes only from a checkpoint written by a build before the number (its
+// host does not know it: openChain): it is a committed prefix (a host
+// checkpoints only committed state), compared by length, the rule before —
+// the second case stays open for such a directory until its member logs
+// an entry after the checkpoint or checkpoints again.
 func (m *Master) upToDate(a, b restartReport) bool {
 	if a.lu == 0 || b.lu == 0 {
 		return a.length > b.length

@@ -156,7 +156,8 @@ type Config struct {
 	Log []Entry
 	// BaseN, BaseSeq: a restarting member's history before Log is a
 	// snapshot its host restored: BaseN entries, the last numbered BaseSeq
-	// (0 if the host does not know).
+	// (kept with the snapshot on the host's disk; 0 if the host does not
+	// know: a snapshot written before hosts kept it, with no entry after).
 	BaseN   int
 	BaseSeq uint64
 }
@@ -723,8 +724,9 @@ func (m *Member) restart(msg Msg) {
 	m.precopySrc, m.pulling, m.pullDue = 0, false, false
 	m.pending = map[NodeID][]Msg{}
 	if m.base.n > 0 && m.base.seq == 0 && len(m.log) == 0 {
-		// A checkpoint with no entry after it: the number of its last
-		// update is unknown here. The history's numbers go on from the
+		// A checkpoint with no entry after it whose last update's number
+		// its host does not know (written by a build before hosts kept
+		// it: vrshard's openChain). The history's numbers go on from the
 		// epoch's base, above all of them; a joiner holding any of it
 		// asks after a number below, and gets a snapshot.
 		m.base.seq = seqBase(m.epoch, m.cfg.SeqBits)

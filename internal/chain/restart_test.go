@@ -3,6 +3,7 @@ package chain
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/kefirdb/kefir/internal/mutation"
@@ -392,8 +393,9 @@ func TestRestartedMemberIgnoresRepairOrders(t *testing.T) {
 // The restart takes the log whose last update is of the newest numbering
 // epoch, the longest among those (Master.upToDate), not the longest: with
 // the mutation restartLongestLog the old head's longer log wins. A history
-// of a checkpoint alone (its last number unknown: lu 0) is a committed
-// prefix and counts as the newest.
+// of a checkpoint alone whose last number its host does not know (lu 0: a
+// checkpoint written before hosts kept the number) is a committed prefix,
+// compared by length.
 func TestRestartPrefersTheNewerEpoch(t *testing.T) {
 	run := func(t *testing.T, longest bool, reports map[NodeID]restartReport) NodeID {
 		ids := []NodeID{1, 2, 3}
@@ -421,10 +423,11 @@ func TestRestartPrefersTheNewerEpoch(t *testing.T) {
 			t.Fatalf("restartLongestLog: restarted from %d, want 1 (the mutation does not bite)", got)
 		}
 	}
-	// A checkpoint alone (lu 0) is compared by length: over a shorter
-	// log, not over a longer one — whose epoch cannot be compared with
-	// the checkpoint's, unknown (Master.upToDate: the case where that
-	// loses the checkpoint's newer-epoch updates is open).
+	// A checkpoint alone whose number is unknown (lu 0: a host's
+	// directory from before the number) is compared by length: over a
+	// shorter log, not over a longer one, whose epoch cannot be compared
+	// with the checkpoint's (TestRestartCheckpointOfTheNewerEpoch: with
+	// the number it can).
 	snap := map[NodeID]restartReport{1: {lu: 0, length: 10}, 2: {lu: seq(1, 9), length: 9}, 3: {}}
 	if got := run(t, false, snap); got != 1 {
 		t.Fatalf("restarted from %d, want 1 (a checkpoint's committed prefix over a shorter log)", got)
@@ -437,32 +440,39 @@ func TestRestartPrefersTheNewerEpoch(t *testing.T) {
 // went on without it and acknowledged more updates, which the other members
 // hold. A whole-chain restart must not take the checkpoint over their
 // longer logs: it would drop acknowledged writes (review33d: counted as
-// the newest epoch, it did). Master.upToDate compares a checkpoint alone by
-// length; the opposite case (a checkpoint of newer-epoch updates against an
-// old head's longer log, same numbers) stays open until the host keeps the
-// checkpoint's last number (it is not on the disk: openChain).
+// the newest epoch, it did). The host keeps the checkpoint's last number
+// with it, so the report carries its epoch, older than the others' logs
+// here; without it (lu 0: a directory of a build before the number) it is
+// compared by length. Either way the 20 acknowledged updates survive. The
+// opposite case: TestRestartCheckpointOfTheNewerEpoch.
 func TestRestartCheckpointAloneBehind(t *testing.T) {
-	ids := []NodeID{1, 2, 3}
-	h := newHarness(ids, 3, 2, 0)
-	h.setup(SU, func(NodeID) Store { return Log })
-	put := putter(h)
-	put(10)
-	h.crash(1, true)
-	h.collect()
-	h.stabilize()
-	put(10)
-	if n := len(h.members[3].History()); n != 20 {
-		t.Fatalf("the tail holds %d entries after 20 updates", n)
-	}
-	reports := map[NodeID]restartReport{1: {lu: 0, length: 10}}
-	for _, id := range []NodeID{2, 3} {
-		s := h.members[id].Status()
-		reports[id] = restartReport{lu: s.LU, length: s.Base + s.Log}
-		h.crash(id, true)
-	}
-	restarted := reportRestarts(t, h, ids, reports)
-	if ms := h.master.Members(); !restarted || len(ms) != 1 || ms[0] == 1 {
-		t.Fatalf("restarted %v, members %v: want a chain of 2 or 3 (holding the 20 acknowledged updates), not 1's checkpoint of 10", restarted, ms)
+	for _, number := range []bool{true, false} {
+		ids := []NodeID{1, 2, 3}
+		h := newHarness(ids, 3, 2, 0)
+		h.setup(SU, func(NodeID) Store { return Log })
+		put := putter(h)
+		put(10)
+		checkpoint := restartReport{length: 10}
+		if number {
+			checkpoint.lu = h.members[1].Status().LU
+		}
+		h.crash(1, true)
+		h.collect()
+		h.stabilize()
+		put(10)
+		if n := len(h.members[3].History()); n != 20 {
+			t.Fatalf("the tail holds %d entries after 20 updates", n)
+		}
+		reports := map[NodeID]restartReport{1: checkpoint}
+		for _, id := range []NodeID{2, 3} {
+			s := h.members[id].Status()
+			reports[id] = restartReport{lu: s.LU, length: s.Base + s.Log}
+			h.crash(id, true)
+		}
+		restarted := reportRestarts(t, h, ids, reports)
+		if ms := h.master.Members(); !restarted || len(ms) != 1 || ms[0] == 1 {
+			t.Fatalf("number %v: restarted %v, members %v: want a chain of 2 or 3 (holding the 20 acknowledged updates), not 1's checkpoint of 10", number, restarted, ms)
+		}
 	}
 }
 
@@ -480,4 +490,106 @@ func reportRestarts(t *testing.T, h *harness, ids []NodeID, reports map[NodeID]r
 		restarted = h.master.Restarted(id, r.lu, r.length)
 	}
 	return restarted
+}
+
+// TestRestartCheckpointOfTheNewerEpoch: the case a checkpoint's unknown
+// number left open (review33d's other half). An old head logs updates and
+// fails before passing any on: its log runs past the chain's in the old
+// numbering epoch. The repaired chain (a newer epoch) acknowledges more
+// updates, fewer than the old head's unpassed suffix, and every member
+// left checkpoints them with no entry after (a quiet moment); then they
+// fail too. Each restarts from what its host keeps: the old head its
+// whole log (past its commit point: the host's tentative suffix), the
+// others their checkpoint — with its last update's number, which the host
+// now keeps on disk beside it (vrshard: the snapshot record's number), or
+// without it, as the host before did (lu 0: compared by length). With the
+// number the restart takes the newer epoch's checkpoint and the
+// acknowledged updates survive; without it the old head's longer log wins
+// and the update acknowledged last is gone.
+func TestRestartCheckpointOfTheNewerEpoch(t *testing.T) {
+	run := func(t *testing.T, number bool) (NodeID, string) {
+		ids := []NodeID{1, 2, 3}
+		h := newHarness(ids, 3, 2, 0)
+		h.setup(SU, func(NodeID) Store { return Log })
+		put := putter(h)
+		put(4)
+		// Three updates the head logs and never passes on (its client
+		// gives up: the master does not route them again).
+		for id := uint64(101); id <= 103; id++ {
+			h.master.Put(id, fmt.Appendf(nil, "k%d=old%d", id%5, id))
+			h.master.Forget(id)
+		}
+		h.collect()
+		for _, l := range []link{{masterID, 1}, {1, 1}} {
+			for len(h.queues[l]) > 0 {
+				h.deliver(l) // the updates reach the head, then its disk
+			}
+		}
+		oldHead := slices.Clone(h.members[1].History())
+		if len(oldHead) != 7 {
+			t.Fatalf("the old head holds %d entries, want 7", len(oldHead))
+		}
+		h.crash(1, true)
+		h.stabilize()
+		put(2) // k0=v5, k1=v6: acknowledged by the repaired chain
+		if h.err != nil {
+			t.Fatal(h.err)
+		}
+		if n := len(h.replies); n != 6 {
+			t.Fatalf("%d updates answered, want 6", n)
+		}
+		reports := map[NodeID]restartReport{}
+		restarted := map[NodeID]*Member{}
+		c := h.config(1)
+		c.Log = oldHead
+		restarted[1] = NewMember(c, newKV())
+		for _, id := range []NodeID{2, 3} {
+			m := h.members[id]
+			if e, old := m.Status().LU>>h.master.seqBits, oldHead[6].Seq>>h.master.seqBits; e <= old {
+				t.Fatalf("member %d's last update of epoch %d, the old head's of %d: want a newer one", id, e, old)
+			}
+			m.Compact(^uint64(0)) // a checkpoint with nothing after it
+			s := m.Status()
+			if s.Base != 6 || s.Log != 0 {
+				t.Fatalf("member %d after its checkpoint: %+v, want 6 entries compacted, none after", id, s)
+			}
+			c := h.config(id)
+			c.BaseN = s.Base
+			if number {
+				_, c.BaseSeq = m.Base()
+			}
+			sm := newKV()
+			sm.Restore(m.sm.(*kvSM).Snapshot())
+			restarted[id] = NewMember(c, sm)
+			h.crash(id, true)
+		}
+		for id, m := range restarted {
+			s := m.Status()
+			reports[id] = restartReport{lu: s.LU, length: s.Base + s.Log}
+			h.members[id], h.all[id] = m, m
+		}
+		if !reportRestarts(t, h, ids, reports) {
+			t.Fatalf("the chain did not restart on the reports %+v", reports)
+		}
+		from := h.master.Members()[0]
+		for _, id := range ids {
+			if id != from {
+				delete(h.members, id) // they join later: not needed here
+			}
+		}
+		h.collect()
+		h.stabilize()
+		if s := restarted[from].Status(); s.State != Active {
+			t.Fatalf("member %d ordered to restart the chain: %+v", from, s)
+		}
+		return from, string(restarted[from].sm.Read([]byte("k1")))
+	}
+	if from, v := run(t, true); from == 1 || v != "1:v6" {
+		t.Fatalf("restarted from %d, k1 = %q: want a member of the newer epoch, holding the acknowledged k1=v6", from, v)
+	}
+	// The host before (no number with the checkpoint): the old head's
+	// longer log wins and the acknowledged k1=v6 is lost.
+	if from, v := run(t, false); from != 1 || v == "1:v6" {
+		t.Fatalf("without the number: restarted from %d, k1 = %q: want the old head (1) and k1=v6 lost (the test shows nothing)", from, v)
+	}
 }

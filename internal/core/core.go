@@ -347,6 +347,23 @@ type Snapshot struct {
 	// nothing yet: its host writes its records and waits for the rest.
 	From, Next []byte
 	More       bool
+	// Number is the engine's own number of the snapshot's last entry, when
+	// its entries carry one beyond the op (the chain's sequence numbers;
+	// 0: none, or unknown — VR's ops number themselves). The host keeps it
+	// on disk with the snapshot and gives it back at a restart
+	// (Boot.Snapshot): the entries that would tell it are gone (Numberer).
+	Number uint64
+}
+
+// Numberer is what a core offers whose log entries carry a number of their
+// own beyond the op (the chain's sequence numbers, whose numbering epoch a
+// whole-chain restart compares): the host asks it, at a checkpoint at op,
+// for the number to keep with the snapshot (Snapshot.Number), since after
+// the checkpoint no entry on the disk may tell it. Optional: a core without
+// it gets 0 (unknown).
+type Numberer interface {
+	// NumberAt is the number of the history's entry at op (0: unknown).
+	NumberAt(op uint64) uint64
 }
 
 // PageRequest asks the host for the page of its snapshot at Op after the

@@ -60,6 +60,9 @@ type hostChain struct {
 	// stores are the members' datastores, by simulator address (the
 	// chain starts head first in that order; repairs and joins reorder it).
 	stores [hostChainMembers]ChainStore
+	// ckptOps is the members' Options.CheckpointOps (0: the simulation's
+	// default, 200).
+	ckptOps uint64
 }
 
 func (c *hostChain) String() string {
@@ -69,6 +72,9 @@ func (c *hostChain) String() string {
 			b.WriteByte('-')
 		}
 		b.WriteString(map[ChainStore]string{ChainLog: "D", ChainBuffered: "Mb", ChainMemory: "M"}[s])
+	}
+	if c.ckptOps != 0 {
+		fmt.Fprintf(&b, "/ckpt%d", c.ckptOps)
 	}
 	return c.mode.String() + "/" + b.String()
 }
@@ -192,7 +198,7 @@ func hostChainSimWindow(seed uint64, trace io.Writer, c hostChain, faults hostCh
 	defer simPanic(&err)
 	var s *sim.Sim
 	trueNow := simClock(&s)
-	o := hostSimOptions{chain: &c, mut: mut, slowSync: powerCuts}
+	o := hostSimOptions{chain: &c, mut: mut, slowSync: powerCuts, ckptOps: c.ckptOps}
 	so := sim.Options{
 		Replicas: hostChainMembers + 1, Clients: 4, FIFO: true,
 		NewReplicaBoot: newHostNode(o, seed, trueNow),
@@ -315,6 +321,11 @@ func TestHostSimChain(t *testing.T) {
 		// keeps its log tail (power cuts alone; under the swarm a chain
 		// repaired around its log member is M-M for a while).
 		{hostChain{mode: chain.SU, stores: [3]ChainStore{M, M, D}}, chainCutsOnly, nil},
+		// A checkpoint every few writes: a member's log is often a
+		// checkpoint alone when the power goes, and a whole-chain restart
+		// compares its report by the number its host kept with it
+		// (design/chain.md, "A checkpoint's last number").
+		{hostChain{mode: chain.SU, stores: [3]ChainStore{D, D, D}, ckptOps: 4}, chainSwarmCuts, nil},
 	} {
 		name := strings.ReplaceAll(tc.c.String(), "/", "_") + "_" + strings.ReplaceAll(tc.faults.String(), "+", "_")
 		t.Run(name, func(t *testing.T) {

@@ -440,11 +440,18 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		}
 	}
 	if snap > 0 {
-		// The sequence number at the snapshot is not on disk: the entry
-		// after it tells it closely enough (no history entry lies between
-		// the two). Without one the joiner asks its tail for a snapshot.
+		// The sequence number at the snapshot: kept with it on disk
+		// (core.Snapshot.Number, chainCore.NumberAt). A checkpoint written
+		// by a build before the number lacks it: the entry after it tells
+		// it closely enough (no history entry lies between the two);
+		// without one it is unknown (0): the member reports lu 0, which a
+		// whole-chain restart compares by length (chain.Master's
+		// upToDate), and as a joiner asks its tail for a snapshot.
 		ccfg.BaseN = snap
-		if len(ccfg.Log) > 0 {
+		switch {
+		case st.Snapshot.Number != 0:
+			ccfg.BaseSeq = st.Snapshot.Number
+		case len(ccfg.Log) > 0:
 			ccfg.BaseSeq = ccfg.Log[0].Seq - 1
 		}
 	}
@@ -549,7 +556,7 @@ func (c *chainCore) adopt() {
 	cfg := c.mcfg
 	cfg.Members, cfg.Log = nil, append(slices.Clone(hist), c.tentative...)
 	cfg.BaseN, cfg.BaseSeq = bn, bseq
-	if bn > 0 && len(hist) == 0 {
+	if bn > 0 && bseq == 0 && len(hist) == 0 {
 		cfg.BaseSeq = cfg.Log[0].Seq - 1 // as openChain: the entry after the checkpoint tells its number
 	}
 	c.m = chain.NewMember(cfg, nopSM{})
@@ -1282,6 +1289,28 @@ func (c *chainCore) Info() core.Info {
 
 func (c *chainCore) ClientTable() []core.ClientRecord { return c.clients.Entries() }
 
+// NumberAt is the sequence number of the history's entry at position op
+// (core.Numberer), which the host keeps with a checkpoint at op: a member
+// restarting from a checkpoint with no entry after it then knows its last
+// update's number, and so its numbering epoch, which a whole-chain restart
+// compares (chain.Master's upToDate). 0: unknown (op outside the history,
+// or its compacted prefix's number unknown: a restart from a checkpoint of
+// a build before the number). At the compacted prefix's end the number may
+// be one its history took without an entry (openChain's and a restart's:
+// the base of the epoch whose first update follows), which stands for the
+// history's end as well: no update lies between the two.
+func (c *chainCore) NumberAt(op uint64) uint64 {
+	bn, bseq := c.m.Base()
+	hist := c.m.History()
+	switch {
+	case op == uint64(bn):
+		return bseq
+	case op > uint64(bn) && op <= uint64(bn+len(hist)):
+		return hist[op-uint64(bn)-1].Seq
+	}
+	return 0
+}
+
 func (c *chainCore) ClientTableMinOp() (op uint64, ok bool) { return c.clients.MinOp() }
 
 // CompactPoint is where Compact should cut after a checkpoint at op: keep
@@ -1358,7 +1387,7 @@ func (c *chainCore) installed(s *chain.Snap) {
 		c.out.Errors = append(c.out.Errors, fmt.Errorf("chain core: undecodable snapshot at %d from the pre-copy: %w", s.N, d.Err))
 		return
 	}
-	c.out.Snapshot = &core.Snapshot{Op: uint64(s.N), Clients: clients, Data: d.B, From: s.From, Next: s.Next, More: s.More}
+	c.out.Snapshot = &core.Snapshot{Op: uint64(s.N), Clients: clients, Data: d.B, From: s.From, Next: s.Next, More: s.More, Number: s.Seq}
 	if s.More {
 		// A page: its host writes it into the engine; nothing is installed
 		// yet. The pre-copy has begun: the tentative suffix is no longer

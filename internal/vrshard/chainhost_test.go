@@ -188,6 +188,27 @@ func (g *chainGroup) caughtUp(i, j int) {
 	}
 }
 
+// restartAll brings every node back on its disk after the whole chain
+// went down and returns the index of the node heading the chain once the
+// master restarted it and joined the others (the chain of three with a
+// head that leads), failing the test after 15 s.
+func (g *chainGroup) restartAll() int {
+	g.t.Helper()
+	for i := range g.reps {
+		g.restart(i)
+	}
+	head := -1
+	if !testgroup.Until(15*time.Second, 10*time.Millisecond, func() bool {
+		if ms := g.master.Members(); len(ms) == 3 && g.reps[ms[0]-1].Info().IsLeader {
+			head = int(ms[0] - 1)
+		}
+		return head >= 0
+	}) {
+		g.t.Fatalf("no member heads the whole chain after its restart (master: %v)", g.master.Members())
+	}
+	return head
+}
+
 func (g *chainGroup) waitMembers(want ...uint64) {
 	g.t.Helper()
 	// FailAfter 0.7 s: 10 s is generous for a loaded box.

@@ -432,18 +432,7 @@ func TestChainAUSIPowerCut(t *testing.T) {
 			g.nt.trs[i].Close()
 			mems[i].Crash(nil) // the reboot: exactly what was fsynced survives
 		}
-		for i := range 3 {
-			g.restart(i)
-		}
-		head := -1
-		if !testgroup.Until(15*time.Second, 10*time.Millisecond, func() bool {
-			if ms := g.master.Members(); len(ms) == 3 && g.reps[ms[0]-1].Info().IsLeader {
-				head = int(ms[0] - 1)
-			}
-			return head >= 0
-		}) {
-			t.Fatalf("%v: no member heads the chain after the power cut (master: %v)", mode, g.master.Members())
-		}
+		head := g.restartAll()
 		first := storeMissing(g, head, 10)
 		all := storeMissing(g, head, 15)
 		return first, all - first

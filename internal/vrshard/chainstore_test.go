@@ -307,20 +307,7 @@ func TestChainPowerCutOfEveryMember(t *testing.T) {
 			g.nt.trs[i].Close()
 			mems[i].Crash(nil)
 		}
-		for i := range 3 {
-			g.restart(i)
-		}
-		head := -1
-		deadline := time.Now().Add(15 * time.Second)
-		for head < 0 && time.Now().Before(deadline) {
-			if ms := g.master.Members(); len(ms) == 3 && g.reps[ms[0]-1].Info().IsLeader {
-				head = int(ms[0] - 1)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		if head < 0 {
-			t.Fatalf("no member heads the chain after the power cut (master: %v)", g.master.Members())
-		}
+		head := g.restartAll()
 		if m := storeMissing(g, head, 29); m != 0 {
 			t.Fatalf("%v: %d of the first 29 answered writes lost in a power cut of every member", stores, m)
 		}

@@ -53,7 +53,7 @@ func TestWALKeepsMembershipWithHardState(t *testing.T) {
 	}
 	// A checkpoint rewrites the hard state into a new segment: the
 	// membership goes with it.
-	w.addSnapshot(6, nil)
+	w.addSnapshot(vr.Snapshot{Op: 6})
 	w.addHardState(st.hs)
 	if err := w.roll(); err != nil {
 		t.Fatal(err)

@@ -370,6 +370,9 @@ type mutations struct {
 	// chainCommitIgnoresEngine: a restarted chain member's committed
 	// prefix ignores its engine's applied mark (chainConfig).
 	chainCommitIgnoresEngine bool
+	// chainCheckpointNoNumber: a checkpoint keeps no number of its last
+	// entry (core.Numberer: the code before).
+	chainCheckpointNoNumber bool
 	// chainTruncateAtBoot: a chain member drops its log past its commit
 	// point at a restart or a rejoin, reporting only its committed prefix
 	// (chainCore.tentative: the code before).
@@ -864,12 +867,14 @@ type Replica struct {
 	// A checkpoint's engine fsync runs off the driver goroutine too; the
 	// entries after its op stay in tail until its segment is written.
 	ckptRunning bool
-	ckptOp      uint64
-	ckptClients []vr.ClientRecord
-	ckptMarked  bool   // the engine held its applied mark when the checkpoint's sync began
-	ckptGen     uint64 // bumped to cancel a running checkpoint
-	ckptOut     int    // engine fsyncs started and not yet received
-	ckptDone    chan ckptResult
+	// ckpt is the snapshot point the running checkpoint records, taken
+	// when it began: the applied op, the client table as of it and the
+	// core's number of its entry (core.Numberer).
+	ckpt       vr.Snapshot
+	ckptMarked bool   // the engine held its applied mark when the checkpoint's sync began
+	ckptGen    uint64 // bumped to cancel a running checkpoint
+	ckptOut    int    // engine fsyncs started and not yet received
+	ckptDone   chan ckptResult
 	// exp is active expiry's cycle (expiry.go); expDone brings a round's
 	// walk back to the driver.
 	exp      expiryCycle
@@ -1233,7 +1238,7 @@ func Open(opts Options) (*Replica, error) {
 	r.ordEarly = map[idKey]struct{}{}
 	if ws.empty {
 		w.marked = false // a new log: no engine sync has covered the mark yet
-		w.addSnapshot(0, nil)
+		w.addSnapshot(vr.Snapshot{})
 		w.addFlags(r.recovering)
 		w.addHardState(vr.HardState{})
 		if err := w.roll(); err != nil {
@@ -1962,14 +1967,14 @@ func (r *Replica) handle(rd *core.Ready[peerMsg], urgent bool) error {
 		}
 		r.wal.buf = r.wal.buf[:0]
 		r.wal.marked = true // restore synced the engine with its mark at s.Op
-		r.wal.addSnapshot(s.Op, s.Clients)
+		r.wal.addSnapshot(vr.Snapshot{Op: s.Op, Clients: s.Clients, Number: s.Number})
 		r.wal.addFlags(r.recovering)
 		r.wal.addHardState(r.lastHS)
 		r.tail = nil
 		roll = true
 		// A checkpoint in flight is superseded by the snapshot point.
 		r.ckptGen++
-		r.ckptRunning, r.ckptClients = false, nil
+		r.ckptRunning, r.ckpt = false, vr.Snapshot{}
 	}
 	if rd.HasTruncate {
 		r.wal.addTruncate(rd.Truncate)
@@ -2437,7 +2442,7 @@ func (r *Replica) failAll(err error) {
 // must still write.
 func (r *Replica) trimTail(op uint64) {
 	if r.ckptRunning {
-		op = min(op, r.ckptOp)
+		op = min(op, r.ckpt.Op)
 	}
 	k := 0
 	for k < len(r.tail) && r.tail[k].Op <= op {
@@ -2459,8 +2464,15 @@ func (r *Replica) maybeCheckpoint() {
 		return
 	}
 	r.ckptRunning = true
-	r.ckptOp = r.applied.Load()
-	r.ckptClients = r.core.ClientTable()
+	op := r.applied.Load()
+	r.ckpt = vr.Snapshot{Op: op, Clients: r.core.ClientTable()}
+	if n, ok := r.core.(core.Numberer); ok && !(mutation.On && r.mut.chainCheckpointNoNumber) {
+		// The chain's sequence number of the entry at op: after the
+		// checkpoint no entry on the disk may tell it, and a whole-chain
+		// restart compares its numbering epoch (openChain). It rides the
+		// checkpoint's own write: no fsync of its own.
+		r.ckpt.Number = n.NumberAt(op)
+	}
 	r.ckptMarked = r.app.mark > 0 // appended before the sync below starts
 	r.ckptGen++
 	r.ckptOut++
@@ -2480,11 +2492,11 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 	if res.err != nil {
 		return fmt.Errorf("vrshard: checkpoint: engine sync: %w", res.err)
 	}
-	op := r.ckptOp
+	op := r.ckpt.Op
 	if err := r.awaitSync(); err != nil {
 		return err
 	}
-	r.wal.addSnapshot(op, r.ckptClients)
+	r.wal.addSnapshot(r.ckpt)
 	// The engine sync covered its applied mark (>= op): from now on an
 	// engine without one has lost its state (engineBehind).
 	r.wal.marked = r.wal.marked || r.ckptMarked
@@ -2499,7 +2511,7 @@ func (r *Replica) finishCheckpoint(res ckptResult) error {
 	if err := r.wal.roll(); err != nil {
 		return err
 	}
-	r.ckptRunning, r.ckptClients = false, nil
+	r.ckptRunning, r.ckpt = false, vr.Snapshot{}
 	r.st.fsyncs.Add(1)
 	r.markSynced() // batches written to the old segment are in the new one
 	r.ckptBase = r.wal.size

@@ -68,7 +68,7 @@ const (
 	recEntries   = 1 // count uvarint, then per entry: view, op, client, reqnum uvarints, data
 	recHardState = 2 // view, last normal view, commit uvarints
 	recTruncate  = 3 // op uvarint: discard entries after it
-	recSnapshot  = 4 // op uvarint, count uvarint, per client: client, reqnum, op, result
+	recSnapshot  = 4 // op uvarint, count uvarint, per client: client, reqnum, op, result; then, if not 0, the engine's number (uvarint)
 	recFlags     = 5 // flags byte: 1 = recovering (the replica has not finished VR recovery), 2 = engine marked (below), 4 = clean stop (see walState.clean)
 	// recHardStateMember: a hard state with the group's configuration after
 	// a reconfiguration (vr.Membership): the hard state's three uvarints,
@@ -292,7 +292,7 @@ func (w *wal) upgrade(id uint64, b []byte, st walState) (walState, error) {
 		return st, fmt.Errorf("%w: %s (format 1) at offset %d: %w", ErrWALCorrupt, segName(id), off, err)
 	}
 	w.segN = id
-	w.addSnapshot(st.snap.Op, st.snap.Clients)
+	w.addSnapshot(st.snap)
 	w.addFlags(st.recovering)
 	w.addEntries(st.entries)
 	w.addDLog(st.dlog)
@@ -472,6 +472,13 @@ func (st *walState) apply(typ byte, p []byte) error {
 		d := r.decoder()
 		st.snap.Clients = kv.DecodeClientEntries(&d)
 		r.update(&d)
+		if len(r.b) > 0 {
+			// The engine's number of the snapshot's last entry
+			// (core.Snapshot.Number). A record without one — VR's, or a
+			// chain member's written by a build before the number — ends
+			// after its clients: the number is unknown (0).
+			st.snap.Number = r.uvarint()
+		}
 		st.entries = st.entries[:0]
 		st.dlog = st.dlog[:0]
 	case recEntries:
@@ -637,10 +644,18 @@ func (w *wal) unmarkClean(recovering bool) error {
 	return w.sync()
 }
 
-func (w *wal) addSnapshot(op uint64, clients []vr.ClientRecord) {
+// addSnapshot records a snapshot point: s's op, clients and number (its
+// state is in the engine). The number goes last and only when known, so a
+// snapshot without one (every VR snapshot) is written as before it existed,
+// and a build before it reads the record, ignoring the number.
+func (w *wal) addSnapshot(s vr.Snapshot) {
 	w.record(recSnapshot, func(b []byte) []byte {
-		b = binary.AppendUvarint(b, op)
-		return kv.AppendClientEntries(b, clients)
+		b = binary.AppendUvarint(b, s.Op)
+		b = kv.AppendClientEntries(b, s.Clients)
+		if s.Number != 0 {
+			b = binary.AppendUvarint(b, s.Number)
+		}
+		return b
 	})
 }
 

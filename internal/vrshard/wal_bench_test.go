@@ -47,7 +47,7 @@ func BenchmarkWALSync(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer w.close()
-			w.addSnapshot(0, nil)
+			w.addSnapshot(vr.Snapshot{Op: 0})
 			if err := w.roll(); err != nil {
 				b.Fatal(err)
 			}
@@ -66,7 +66,7 @@ func BenchmarkWALSync(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				if i%1000 == 999 {
-					w.addSnapshot(op, nil)
+					w.addSnapshot(vr.Snapshot{Op: op})
 					if err := w.roll(); err != nil {
 						b.Fatal(err)
 					}

@@ -43,7 +43,7 @@ func newTestWALWith(t *testing.T, fs vfs.FS, cfg walConfig) *wal {
 	if err != nil || !st.empty {
 		t.Fatalf("open empty wal: %+v, %v", st, err)
 	}
-	w.addSnapshot(0, nil)
+	w.addSnapshot(vr.Snapshot{Op: 0})
 	w.addHardState(vr.HardState{})
 	if err := w.roll(); err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func TestWALRecoversEntriesTruncationHardStateAndCheckpoint(t *testing.T) {
 
 	// A checkpoint starts a new segment; the old one goes.
 	w2, _, _ := openWAL(mem, "/wal")
-	w2.addSnapshot(5, []vr.ClientRecord{{Client: 1, ReqNum: 4, Op: 4, Result: []byte("r")}})
+	w2.addSnapshot(vr.Snapshot{Op: 5, Clients: []vr.ClientRecord{{Client: 1, ReqNum: 4, Op: 4, Result: []byte("r")}}})
 	w2.addEntries(st.entries[5:])
 	w2.addHardState(st.hs)
 	if err := w2.roll(); err != nil {
@@ -123,6 +123,10 @@ func TestWALSurvivesPowerCutAnywhere(t *testing.T) {
 	}
 }
 
+// ckptNumber is the number powerCutRun's checkpoint keeps with its
+// snapshot (core.Snapshot.Number: a chain sequence number of epoch 3).
+const ckptNumber = 3<<chainSeqBits | 12
+
 // powerCutRun writes eight synced batches with a checkpoint after the
 // fourth, cuts the power after cut file operations (never if cut < 0),
 // recovers and checks. It returns the operations the run made.
@@ -141,7 +145,7 @@ func powerCutRun(t *testing.T, cut int, rng *rand.Rand) int {
 		}
 		durable = b*5 + 5
 		if b == 3 {
-			w.addSnapshot(12, nil)
+			w.addSnapshot(vr.Snapshot{Op: 12, Number: ckptNumber})
 			w.addEntries(entries(13, durable, 0))
 			if w.roll() != nil {
 				break
@@ -166,6 +170,12 @@ func powerCutRun(t *testing.T, cut int, rng *rand.Rand) int {
 	}
 	if ckpt && st.snap.Op != 12 {
 		t.Fatalf("cut %d: a durable checkpoint was lost (snapshot op %d)", cut, st.snap.Op)
+	}
+	// The checkpoint's number rides its snapshot record: a cut leaves the
+	// checkpoint with its number or the segment before it, never one
+	// without the other.
+	if want := map[uint64]uint64{0: 0, 12: ckptNumber}[st.snap.Op]; st.snap.Number != want {
+		t.Fatalf("cut %d: snapshot at %d with number %#x, want %#x", cut, st.snap.Op, st.snap.Number, want)
 	}
 	for i, e := range st.entries {
 		if e.Op != st.snap.Op+uint64(i)+1 || string(e.Data) != fmt.Sprint("d", e.Op) {
@@ -283,7 +293,7 @@ func TestWALUnfinishedRollNeverOutranksTheOldSegment(t *testing.T) {
 	// scratch WAL), of which only the first record's worth reached the disk.
 	scratch := vfs.NewMem()
 	w2 := newTestWAL(t, scratch)
-	w2.addSnapshot(5, nil)
+	w2.addSnapshot(vr.Snapshot{Op: 5})
 	w2.addEntries(entries(6, 10, 0))
 	w2.addHardState(vr.HardState{View: 2, LastNormalView: 2, Commit: 8})
 	if err := w2.roll(); err != nil {

@@ -239,7 +239,7 @@ func TestWALRollWithoutReadySegmentFallsBack(t *testing.T) {
 	w := newTestWALWith(t, mem, manualFill()) // the first segment is zero-filled
 	w.addEntries(entries(1, 4, 0))
 	commitBatch(t, w)
-	w.addSnapshot(2, nil)
+	w.addSnapshot(vr.Snapshot{Op: 2})
 	w.addEntries(entries(3, 4, 0))
 	if err := w.roll(); err != nil {
 		t.Fatal(err)
@@ -265,7 +265,7 @@ func TestWALRollWithoutReadySegmentFallsBack(t *testing.T) {
 		t.Fatalf("appended segment after a cut: op %d (synced %d), snapshot %d, %v", st.lastOp(), durable, st.snap.Op, err)
 	}
 	w.fill.FillNow(w.dir, 64<<10)
-	w.addSnapshot(st.lastOp(), nil)
+	w.addSnapshot(vr.Snapshot{Op: st.lastOp()})
 	if err := w.roll(); err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func formatOne(buf []byte) []byte {
 // before the old one is removed. Damage in its middle still refuses.
 func TestWALUpgradesFormatOneSegment(t *testing.T) {
 	enc := &wal{}
-	enc.addSnapshot(2, []vr.ClientRecord{{Client: 7, ReqNum: 3, Op: 2, Result: []byte("ok")}})
+	enc.addSnapshot(vr.Snapshot{Op: 2, Clients: []vr.ClientRecord{{Client: 7, ReqNum: 3, Op: 2, Result: []byte("ok")}}})
 	enc.addFlags(false)
 	enc.addEntries(entries(3, 6, 1))
 	enc.addHardState(vr.HardState{View: 1, LastNormalView: 1, Commit: 4})
@@ -466,7 +466,7 @@ func TestWALAsyncFillerIsReadyForTheNextRoll(t *testing.T) {
 		for !w.fill.Idle() {
 			time.Sleep(time.Millisecond)
 		}
-		w.addSnapshot(i, nil)
+		w.addSnapshot(vr.Snapshot{Op: i})
 		if err := w.roll(); err != nil {
 			t.Fatal(err)
 		}
@@ -476,7 +476,7 @@ func TestWALAsyncFillerIsReadyForTheNextRoll(t *testing.T) {
 	}
 	// A large fill, stopped by close part way.
 	w.cfg.minSeg, w.cfg.maxSeg = 64<<20, 64<<20
-	w.addSnapshot(9, nil)
+	w.addSnapshot(vr.Snapshot{Op: 9})
 	if err := w.roll(); err != nil {
 		t.Fatal(err)
 	}
