@@ -1133,6 +1133,24 @@ func (x *Master) countWant(members []uint64) {
 			}
 		}
 	}
+	// A node no longer wanted in (its join withdrawn: the repair of a
+	// joiner that died, which places another in the same wish) gives back
+	// what it added — before the nodes newly wanted are counted, which
+	// would otherwise count it as still on its way: a withdrawn joiner
+	// that filled a failed member's place, replaced in one wish, left the
+	// chain one longer than wanted (the new node added one on top of the
+	// place, and the place was not given back).
+	for id, linked := range x.seenJoin {
+		member := slices.Contains(members, id)
+		linked = linked || member && id != uint64(x.m.Joiner())
+		if !slices.Contains(x.joining, id) {
+			delete(x.seenJoin, id)
+			if !linked && !member && !x.filled[id] {
+				x.target-- // no longer wanted, never joined
+			}
+			delete(x.filled, id)
+		}
+	}
 	for _, id := range x.joining {
 		if _, ok := x.seenJoin[id]; !ok {
 			// The chain as wanted without it: its members and the nodes
@@ -1157,17 +1175,9 @@ func (x *Master) countWant(members []uint64) {
 	}
 	// seenJoin: whether the node was seen linked in (a member, its flush
 	// done), which counts it for good.
-	for id, linked := range x.seenJoin {
-		member := slices.Contains(members, id)
-		if member && id != uint64(x.m.Joiner()) {
-			x.seenJoin[id], linked = true, true
-		}
-		if !slices.Contains(x.joining, id) {
-			delete(x.seenJoin, id)
-			if !linked && !member && !x.filled[id] {
-				x.target-- // no longer wanted, never joined
-			}
-			delete(x.filled, id)
+	for id := range x.seenJoin {
+		if slices.Contains(members, id) && id != uint64(x.m.Joiner()) {
+			x.seenJoin[id] = true
 		}
 	}
 	for _, id := range x.leaving {
@@ -1218,6 +1228,16 @@ func chainIDs(ids []chain.NodeID) []uint64 {
 func (x *Master) followWant(now time.Time) {
 	if x.m.Down() {
 		return
+	}
+	if j := uint64(x.m.Joiner()); j != 0 && slices.Contains(x.leaving, j) {
+		// The map withdrew the join (a repair of a joiner dead for
+		// --repair-after, or a wish naming it to leave): it is given up
+		// now, not after the joiner's silence, and never joined again
+		// while the map's Leaving names it (step).
+		x.cfg.Logger.Warn("chain master: the cluster map gave up the join: joiner failed", "node", j)
+		x.m.Fail(chain.NodeID(j))
+		delete(x.heard, j)
+		delete(x.progress, j)
 	}
 	members := chainIDs(x.m.Members())
 	x.countWant(members)

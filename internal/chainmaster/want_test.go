@@ -485,3 +485,62 @@ func newWantRun(t *testing.T, meta *wantMeta, cfg func(*Config)) *wantRun {
 
 func (w *wantRun) at(d time.Duration)   { w.now = w.t0.Add(d) }
 func (w *wantRun) tick(d time.Duration) { w.at(d); w.x.tick(w.now) }
+
+// TestHostedMasterWithdrawnJoinerIsReplaced: a growth after a failure
+// (chain [1 2 3], node 2 failed: [1 3], node 4 wanted in to take its
+// place) whose joiner dies in its pre-copy, and which the repairer
+// replaces (kefir server --repair-after: one wish withdrawing node 4's
+// join and wanting node 5 in). The master gives node 4 up at once (it does
+// not wait out the pre-copy's grace for a node the map no longer wants),
+// refuses it when it asks again, joins node 5 in the place — no truncation
+// at its flush — and ends at length 3. Counting node 5 before giving
+// node 4's place back (the code before) left the length 4.
+func TestHostedMasterWithdrawnJoinerIsReplaced(t *testing.T) {
+	const hb, lease = wantHB, wantLease
+	meta := &wantMeta{fakeMeta: &fakeMeta{}}
+	w := newWantRun(t, meta, nil)
+	x, tick := w.x, w.tick
+	has := func(typ chain.MsgType, to chain.NodeID) bool {
+		return slices.ContainsFunc(w.sent, func(m chain.Msg) bool { return m.Type == typ && m.To == to })
+	}
+	d := lease + 2*hb
+	tick(0)
+	tick(d)
+	x.m.Fail(2)
+	tick(d + hb)
+	x.step([]chain.Msg{{Type: chain.MsgCRMidDone, From: 1, To: 9, Epoch: meta.rec.Epoch}})
+	meta.joining = []uint64{4}
+	d += 2 * hb
+	tick(d)
+	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 4, To: 9, Seq: 1, Refused: true}})
+	if x.m.Joiner() != 4 || !x.m.JoinerPrecopying() {
+		t.Fatalf("node 4 not pre-copying: joiner %d", x.m.Joiner())
+	}
+	// Node 4 dies; the repair withdraws its join and wants node 5 in.
+	meta.joining, meta.leaving = []uint64{5}, []uint64{4}
+	d += hb
+	tick(d)
+	if x.m.Joiner() == 4 {
+		t.Fatal("the master still joins node 4, which the map no longer wants")
+	}
+	w.sent = w.sent[:0]
+	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 4, To: 9, Seq: 2, Refused: true}})
+	if has(chain.MsgPrecopy, 4) || x.m.Joiner() == 4 {
+		t.Fatalf("node 4, withdrawn, joined again: %+v", w.sent)
+	}
+	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 5, To: 9, Seq: 1, Refused: true}})
+	if !has(chain.MsgPrecopy, 5) {
+		t.Fatalf("node 5 not joined: %+v", w.sent)
+	}
+	x.step([]chain.Msg{{Type: chain.MsgPrecopyDone, From: 5, To: 9}})
+	w.sent = w.sent[:0]
+	x.step([]chain.Msg{{Type: chain.MsgFlushAck, From: 5, To: 9}})
+	if !slices.Equal(meta.rec.Members, []uint64{1, 5, 3}) || has(chain.MsgTruncate, 3) {
+		t.Fatalf("node 5 not linked in before the tail, or the tail truncated: record %+v, sent %+v", meta.rec, w.sent)
+	}
+	meta.joining = nil // the map follows the record
+	tick(d + hb)
+	if x.wanting || x.m.Length() != 3 {
+		t.Fatalf("after node 5's join: wanting %v, length %d, want 3", x.wanting, x.m.Length())
+	}
+}
