@@ -201,9 +201,19 @@ type Meta interface {
 // joined as any node that asks (the chain is kept one longer per joiner
 // meanwhile, so a join truncates no one); a leaving member is failed once
 // every joiner is linked in, after its last lease ran out; and a leaving
-// node is never joined again.
+// node is never joined again. The map's Dropped gives the chain's length
+// to a master that takes over (Want).
 type MetaWants interface {
-	Wants(group uint64) (joining, leaving []uint64, err error)
+	Wants(group uint64) (Want, error)
+}
+
+// Want is a chain group's entry in the cluster map as the master reads it
+// (MetaWants): the nodes wanted in (Joining) and out (Leaving), and the
+// members failed without a wish whose places the chain keeps (Dropped).
+// Mapped: the map has the chain (none of it is known otherwise).
+type Want struct {
+	Joining, Leaving, Dropped []uint64
+	Mapped                    bool
 }
 
 // Master is a running master.
@@ -241,10 +251,15 @@ type Master struct {
 	// granted a lease; draining: leaving members no longer granted one,
 	// since when.
 	joining, leaving []uint64
-	wanting          bool
-	length           int
-	granted          map[uint64]time.Time
-	draining         map[uint64]time.Time
+	// mapDropped, mapped: the map's Dropped of the chain and whether the
+	// map has the chain, as of the last leadership read (the length at a
+	// takeover: countFromMap).
+	mapDropped []uint64
+	mapped     bool
+	wanting    bool
+	length     int
+	granted    map[uint64]time.Time
+	draining   map[uint64]time.Time
 	// target is the length the wanted changes lead to (countWant): length,
 	// one more per node wanted in, one less per node wanted out, counted
 	// once each (seenJoin, seenLeave; counted: the first count since this
@@ -824,11 +839,11 @@ func (x *Master) lead() (bool, time.Time) {
 	}
 	x.led = now
 	if w, ok := x.cfg.Meta.(MetaWants); ok {
-		j, l, err := w.Wants(x.cfg.Group)
+		wt, err := w.Wants(x.cfg.Group)
 		if err != nil {
 			x.cfg.Logger.Warn("chain master: read the cluster map's wanted change of the chain", "err", err)
 		} else {
-			x.joining, x.leaving = j, l
+			x.joining, x.leaving, x.mapDropped, x.mapped = wt.Joining, wt.Leaving, wt.Dropped, wt.Mapped
 		}
 	}
 	if x.m != nil {
@@ -929,6 +944,9 @@ func (x *Master) lead() (bool, time.Time) {
 		from = old.Members
 		x.cfg.Logger.Warn("chain master: the record is ahead of the members (decided, never announced): rewiring from a member's configuration",
 			"record", cc.Members, "epoch", cc.Epoch, "member", uint64(old.From), "its epoch", old.Epoch)
+	}
+	if x.mapped {
+		x.countFromMap(cc)
 	}
 	x.m = x.newCore(from, cc.Epoch)
 	x.committed, x.actAt, x.reports = cc, time.Time{}, nil
@@ -1095,6 +1113,42 @@ func (x *Master) tick(now time.Time) {
 	// this tick.
 	x.m.Tick()
 	x.flush()
+}
+
+// countFromMap sets the chain's length and target at a takeover from the
+// cluster map (its entry as of this leadership read) and the record cc:
+// the length is the record's members and the places failures left
+// (Dropped), which the map keeps whichever master acted; the target adds
+// one per node wanted in that is not a member yet — none fills a place,
+// as Dropped no longer lists a place a wish's joiner takes (kv.chainWant)
+// — and takes one per member wanted out. Why not the master's own length
+// (the members the map named when its process started, or what its own
+// last change left): a master started after a failure counted the chain
+// one short, and the failed member's restart then truncated the live tail
+// after its flush; one started before a growth that another master
+// carried out (or that a failure interrupted) counted the growth's joiner
+// as filling a failed member's place rather than lengthening the chain.
+func (x *Master) countFromMap(cc *kv.ChainConfig) {
+	x.length = max(len(cc.Members)+len(x.mapDropped), 1)
+	x.counted, x.target = true, x.length
+	clear(x.seenJoin)
+	clear(x.seenLeave)
+	clear(x.filled)
+	for _, id := range x.joining {
+		// A member that is the record's joiner is counted among the
+		// members, and not linked in yet: its flush may abort.
+		member := slices.Contains(cc.Members, id)
+		x.seenJoin[id] = member && id != cc.Joiner
+		if !member {
+			x.target++
+		}
+	}
+	for _, id := range x.leaving {
+		x.seenLeave[id] = true
+		if slices.Contains(cc.Members, id) {
+			x.target--
+		}
+	}
 }
 
 // countWant keeps target, the length the wanted changes lead to: a node

@@ -14,11 +14,13 @@ import (
 // (MetaWants).
 type wantMeta struct {
 	*fakeMeta
-	joining, leaving []uint64
+	joining, leaving, dropped []uint64
+	// unmapped: the map has no such chain (a Meta without a map's view).
+	unmapped bool
 }
 
-func (m *wantMeta) Wants(uint64) (joining, leaving []uint64, err error) {
-	return m.joining, m.leaving, nil
+func (m *wantMeta) Wants(uint64) (Want, error) {
+	return Want{Joining: m.joining, Leaving: m.leaving, Dropped: m.dropped, Mapped: !m.unmapped}, nil
 }
 
 // TestHostedMasterCarriesOutTheMapsWish drives a hosted master, on a clock
@@ -154,12 +156,20 @@ func wishRun(t *testing.T, joinLeaving bool) {
 // its node started it, 3) minus the leaving member gives 2, and the chain's
 // next rejoin — here the tail's, after a restart — truncates the tail (the
 // new node): the chain runs one member short of its length for good.
+// Both from the map's view of the chain (countFromMap) and, for a Meta
+// without it, from the record's members (countWant's first count).
 func TestHostedMasterTakingOverMidChangeKeepsTheLength(t *testing.T) {
+	for _, unmapped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "mapped", true: "unmapped"}[unmapped], func(t *testing.T) { takingOverMidChange(t, unmapped) })
+	}
+}
+
+func takingOverMidChange(t *testing.T, unmapped bool) {
 	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
 	t0 := time.Unix(1_000_000, 0)
 	now := t0
 	// The other master's work: 4 joined at epoch 1, 2 still a member.
-	meta := &wantMeta{fakeMeta: &fakeMeta{rec: &kv.ChainConfig{Group: 0, Epoch: 1, Members: []uint64{1, 2, 4, 3}}}, leaving: []uint64{2}}
+	meta := &wantMeta{fakeMeta: &fakeMeta{rec: &kv.ChainConfig{Group: 0, Epoch: 1, Members: []uint64{1, 2, 4, 3}}}, leaving: []uint64{2}, unmapped: unmapped}
 	var sent []chain.Msg
 	cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
 		Meta: meta, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}
@@ -542,5 +552,64 @@ func TestHostedMasterWithdrawnJoinerIsReplaced(t *testing.T) {
 	tick(d + hb)
 	if x.wanting || x.m.Length() != 3 {
 		t.Fatalf("after node 5's join: wanting %v, length %d, want 3", x.wanting, x.m.Length())
+	}
+}
+
+// TestHostedMasterTakesTheMapsLength: a master that takes over takes the
+// chain's length from the cluster map — its members and the places its
+// failures left (Dropped) — and adds the nodes wanted in, not from the
+// members the map named when its node started the master:
+//
+//   - started after node 2 of [1 2 3] failed (the map [1 3], 2 dropped),
+//     it takes over; node 2 restarts and is joined again: the chain is
+//     [1 2 3], its tail not truncated (counted from its start, 2: the
+//     flush truncated node 3);
+//   - started on [1 2 3], it takes over in the middle of a growth that
+//     another master began (node 4 wanted in) and that node 2's failure
+//     interrupted (the map [1 3], 2 dropped): once node 4 is linked in the
+//     length is 4, node 2's place still the chain's (counted from its
+//     start, node 4 filled node 2's place: 3, while the map still lists
+//     the place for a replace-node to re-create).
+func TestHostedMasterTakesTheMapsLength(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		started []uint64
+		joining []uint64
+		join    chain.NodeID
+		want    []uint64
+		length  int
+	}{
+		{name: "rejoin", started: []uint64{1, 3}, join: 2, want: []uint64{1, 2, 3}, length: 3},
+		{name: "growth", started: []uint64{1, 2, 3}, joining: []uint64{4}, join: 4, want: []uint64{1, 4, 3}, length: 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			meta := &wantMeta{fakeMeta: &fakeMeta{rec: &kv.ChainConfig{Epoch: 2, Members: []uint64{1, 3}}},
+				joining: tc.joining, dropped: []uint64{2}}
+			w := newWantRun(t, meta, func(c *Config) { c.Members = tc.started })
+			x, tick := w.x, w.tick
+			d := wantLease + 2*wantHB
+			tick(0)
+			tick(d)
+			if x.m == nil {
+				t.Fatal("not acting")
+			}
+			w.sent = w.sent[:0]
+			x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: tc.join, To: 9, Seq: 1, Refused: true}})
+			if !slices.ContainsFunc(w.sent, func(m chain.Msg) bool { return m.Type == chain.MsgPrecopy && m.To == tc.join }) {
+				t.Fatalf("node %d not joined: %+v", tc.join, w.sent)
+			}
+			x.step([]chain.Msg{{Type: chain.MsgPrecopyDone, From: tc.join, To: 9}})
+			w.sent = w.sent[:0]
+			x.step([]chain.Msg{{Type: chain.MsgFlushAck, From: tc.join, To: 9}})
+			if slices.ContainsFunc(w.sent, func(m chain.Msg) bool { return m.Type == chain.MsgTruncate }) || !slices.Equal(meta.rec.Members, tc.want) {
+				t.Fatalf("after node %d's join: record %+v, sent %+v (truncated?), want %v", tc.join, meta.rec, w.sent, tc.want)
+			}
+			meta.joining = nil // the map follows the record
+			meta.dropped = slices.DeleteFunc(meta.dropped, func(id uint64) bool { return slices.Contains(tc.want, id) })
+			tick(d + wantHB)
+			if x.wanting || x.m.Length() != tc.length {
+				t.Fatalf("after node %d's join: wanting %v, length %d, want %d", tc.join, x.wanting, x.m.Length(), tc.length)
+			}
+		})
 	}
 }
