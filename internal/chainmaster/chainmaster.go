@@ -180,6 +180,9 @@ type mutations struct {
 	// growOnTop: a node wanted in always lengthens the chain, even one
 	// that takes a failed member's place (the code before filled).
 	growOnTop bool
+	// joinUnmapped: a node that is not a node of the cluster map is
+	// joined when it asks, as any node that is not a replica.
+	joinUnmapped bool
 }
 
 // Meta is the metadata group as a hosted master uses it, at one node.
@@ -209,11 +212,12 @@ type MetaWants interface {
 
 // Want is a chain group's entry in the cluster map as the master reads it
 // (MetaWants): the nodes wanted in (Joining) and out (Leaving), and the
-// members failed without a wish whose places the chain keeps (Dropped).
-// Mapped: the map has the chain (none of it is known otherwise).
+// members failed without a wish whose places the chain keeps (Dropped);
+// Nodes are the map's nodes, the only ones the master joins. Mapped: the
+// map has the chain (none of it is known otherwise).
 type Want struct {
-	Joining, Leaving, Dropped []uint64
-	Mapped                    bool
+	Joining, Leaving, Dropped, Nodes []uint64
+	Mapped                           bool
 }
 
 // Master is a running master.
@@ -253,13 +257,13 @@ type Master struct {
 	joining, leaving []uint64
 	// mapDropped, mapped: the map's Dropped of the chain and whether the
 	// map has the chain, as of the last leadership read (the length at a
-	// takeover: countFromMap).
-	mapDropped []uint64
-	mapped     bool
-	wanting    bool
-	length     int
-	granted    map[uint64]time.Time
-	draining   map[uint64]time.Time
+	// takeover: countFromMap); mapNodes: the map's nodes then.
+	mapDropped, mapNodes []uint64
+	mapped               bool
+	wanting              bool
+	length               int
+	granted              map[uint64]time.Time
+	draining             map[uint64]time.Time
 	// target is the length the wanted changes lead to (countWant): length,
 	// one more per node wanted in, one less per node wanted out, counted
 	// once each (seenJoin, seenLeave; counted: the first count since this
@@ -646,6 +650,20 @@ func (x *Master) step(msgs []chain.Msg) {
 			}
 			continue
 		}
+		if x.mapped && !slices.Contains(x.mapNodes, from) && !(mutation.On && x.cfg.mut.joinUnmapped) {
+			// Not a node of the cluster map: taken out of it (kefir
+			// cluster remove-node) after it left the chain — the map's
+			// Leaving, which kept it out, went with it — and back on its
+			// old directory, its member never retired. Joined, it would
+			// make the chain one longer than its length, so the flush
+			// would truncate the live tail, and the map, which names
+			// only its nodes, would stop following the chain's record.
+			if !x.refused[from] {
+				x.refused[from] = true
+				x.cfg.Logger.Info("chain master: join refused: the node is not a node of the cluster map", "node", from)
+			}
+			continue
+		}
 		// What it holds: a node left out of a whole-chain restart
 		// (RestartWithout) is joined only if it holds no more than the
 		// chain restarted from.
@@ -843,7 +861,7 @@ func (x *Master) lead() (bool, time.Time) {
 		if err != nil {
 			x.cfg.Logger.Warn("chain master: read the cluster map's wanted change of the chain", "err", err)
 		} else {
-			x.joining, x.leaving, x.mapDropped, x.mapped = wt.Joining, wt.Leaving, wt.Dropped, wt.Mapped
+			x.joining, x.leaving, x.mapDropped, x.mapNodes, x.mapped = wt.Joining, wt.Leaving, wt.Dropped, wt.Nodes, wt.Mapped
 		}
 	}
 	if x.m != nil {

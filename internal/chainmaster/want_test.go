@@ -15,12 +15,18 @@ import (
 type wantMeta struct {
 	*fakeMeta
 	joining, leaving, dropped []uint64
+	// nodes: the map's nodes (nil: 1-8; the master is 9).
+	nodes []uint64
 	// unmapped: the map has no such chain (a Meta without a map's view).
 	unmapped bool
 }
 
 func (m *wantMeta) Wants(uint64) (Want, error) {
-	return Want{Joining: m.joining, Leaving: m.leaving, Dropped: m.dropped, Mapped: !m.unmapped}, nil
+	nodes := m.nodes
+	if nodes == nil {
+		nodes = []uint64{1, 2, 3, 4, 5, 6, 7, 8}
+	}
+	return Want{Joining: m.joining, Leaving: m.leaving, Dropped: m.dropped, Nodes: nodes, Mapped: !m.unmapped}, nil
 }
 
 // TestHostedMasterCarriesOutTheMapsWish drives a hosted master, on a clock
@@ -611,5 +617,47 @@ func TestHostedMasterTakesTheMapsLength(t *testing.T) {
 				t.Fatalf("after node %d's join: wanting %v, length %d, want %d", tc.join, x.wanting, x.m.Length(), tc.length)
 			}
 		})
+	}
+}
+
+// TestHostedMasterRefusesANodeOutOfTheMap: node 2 left the chain [1 2 3]
+// as the map wanted (the record [1 3], 2 in the map's Leaving), then left
+// the map (kefir cluster remove-node: the map's Leaving loses it with it).
+// Its member, back on its old directory and never retired, asks to join:
+// the master refuses it — as no node of the map, as it refused it as a
+// node in Leaving before — rather than join it into a chain at its length,
+// whose flush would truncate the live tail (with the mutation joinUnmapped
+// it is joined).
+func TestHostedMasterRefusesANodeOutOfTheMap(t *testing.T) {
+	for _, joinUnmapped := range []bool{false, true} {
+		if joinUnmapped && !mutation.On {
+			continue
+		}
+		meta := &wantMeta{fakeMeta: &fakeMeta{rec: &kv.ChainConfig{Epoch: 2, Members: []uint64{1, 3}}},
+			leaving: []uint64{2}, nodes: []uint64{1, 2, 3}}
+		w := newWantRun(t, meta, func(c *Config) { c.Members, c.mut.joinUnmapped = []uint64{1, 3}, joinUnmapped })
+		x, tick := w.x, w.tick
+		d := wantLease + 2*wantHB
+		tick(0)
+		tick(d)
+		if x.m == nil {
+			t.Fatal("not acting")
+		}
+		seq := uint64(0)
+		asks := func() bool {
+			w.sent = w.sent[:0]
+			seq++
+			x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 2, To: 9, Seq: seq, Refused: true}})
+			return slices.ContainsFunc(w.sent, func(m chain.Msg) bool { return m.Type == chain.MsgPrecopy && m.To == 2 }) || x.m.Joiner() == 2
+		}
+		if asks() {
+			t.Fatal("node 2, which the map's Leaving names, joined")
+		}
+		meta.leaving, meta.nodes = nil, []uint64{1, 3} // remove-node 2
+		d += wantHB
+		tick(d)
+		if joined := asks(); joined != joinUnmapped {
+			t.Fatalf("joinUnmapped %v: node 2, no node of the map, joined: %v (members %v)", joinUnmapped, joined, x.m.Members())
+		}
 	}
 }

@@ -59,8 +59,8 @@ func readChainRecord(db *storage.DB, group uint64) (*kv.ChainConfig, error) {
 }
 
 // Wants is chain group's wanted change as the cluster map records it
-// (kv.MapGroup's Joining and Leaving, KindMapChainWant) and the places its
-// failures left (Dropped), read from the engine as the record is, right
+// (kv.MapGroup's Joining and Leaving, KindMapChainWant), the places its
+// failures left (Dropped) and the map's nodes, read from the engine as the record is, right
 // after a leadership read (the master reads it then): none, not Mapped,
 // when the metadata group holds no map (a lone chain's) or the map has no
 // such chain.
@@ -80,7 +80,7 @@ func (m chainMeta) Wants(group uint64) (chainmaster.Want, error) {
 	if !ok || !g.IsChain() {
 		return chainmaster.Want{}, nil
 	}
-	return chainmaster.Want{Joining: g.Joining, Leaving: g.Leaving, Dropped: g.Dropped, Mapped: true}, nil
+	return chainmaster.Want{Joining: g.Joining, Leaving: g.Leaving, Dropped: g.Dropped, Nodes: cm.NodeIDs(), Mapped: true}, nil
 }
 
 var _ chainmaster.MetaWants = chainMeta{}
