@@ -227,7 +227,9 @@ type MapGroup struct {
 	// fails once no node is left to join and never joins again — kept
 	// after they left, so that a leaving node's member that comes back
 	// (its heartbeats say it is no replica) is refused and retires, not
-	// joined, whichever metadata node's master acts.
+	// joined, whichever metadata node's master acts — until the node
+	// leaves the map (removeNode), after which the master refuses it as
+	// no node of the map.
 	Joining []uint64 `json:",omitempty"`
 	Leaving []uint64 `json:",omitempty"`
 	// Dropped are the members a chain group's master failed that the map
