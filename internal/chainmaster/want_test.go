@@ -434,32 +434,17 @@ func growthAfterFailure(t *testing.T, growOnTop bool, leaving []uint64) int {
 	meta := &wantMeta{fakeMeta: &fakeMeta{}}
 	w := newWantRun(t, meta, func(c *Config) { c.mut.growOnTop = growOnTop })
 	x, tick := w.x, w.tick
-	has := func(typ chain.MsgType, to chain.NodeID) bool {
-		return slices.ContainsFunc(w.sent, func(m chain.Msg) bool { return m.Type == typ && m.To == to })
-	}
 	d := lease + 2*hb
 	tick(0)
 	tick(d) // acting from the first record
-	x.m.Fail(2)
-	tick(d + hb)
-	x.step([]chain.Msg{{Type: chain.MsgCRMidDone, From: 1, To: 9, Epoch: meta.rec.Epoch}})
-	if !slices.Equal(meta.rec.Members, []uint64{1, 3}) || x.m.Busy() || x.m.Length() != 3 {
-		t.Fatalf("after node 2's failure: record %+v, busy %v, length %d", meta.rec, x.m.Busy(), x.m.Length())
+	w.failMiddle(t, meta, d+hb)
+	if x.m.Length() != 3 {
+		t.Fatalf("after node 2's failure: length %d", x.m.Length())
 	}
 	meta.joining, meta.leaving = []uint64{4}, leaving
 	d += 2 * hb
 	tick(d)
-	w.sent = w.sent[:0]
-	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 4, To: 9, Seq: 1, Refused: true}})
-	if !has(chain.MsgPrecopy, 4) {
-		t.Fatalf("the wanted node was not joined: %+v", w.sent)
-	}
-	x.step([]chain.Msg{{Type: chain.MsgPrecopyDone, From: 4, To: 9}})
-	w.sent = w.sent[:0]
-	x.step([]chain.Msg{{Type: chain.MsgFlushAck, From: 4, To: 9}})
-	if !slices.Equal(meta.rec.Members, []uint64{1, 4, 3}) || has(chain.MsgTruncate, 3) {
-		t.Fatalf("node 4 not linked in before the tail, or the tail truncated: record %+v, sent %+v", meta.rec, w.sent)
-	}
+	w.join(t, meta, 4, 1, []uint64{1, 4, 3})
 	meta.joining = nil // the map follows the record
 	tick(d + hb)
 	if x.wanting {
@@ -502,6 +487,56 @@ func newWantRun(t *testing.T, meta *wantMeta, cfg func(*Config)) *wantRun {
 func (w *wantRun) at(d time.Duration)   { w.now = w.t0.Add(d) }
 func (w *wantRun) tick(d time.Duration) { w.at(d); w.x.tick(w.now) }
 
+// takeOver ticks the master at the start and once the old master's
+// leases ran out, and returns that time; it fails the test unless the
+// master then acts (from the record meta holds).
+func (w *wantRun) takeOver(t *testing.T) time.Duration {
+	t.Helper()
+	d := wantLease + 2*wantHB
+	w.tick(0)
+	w.tick(d)
+	if w.x.m == nil {
+		t.Fatal("not acting")
+	}
+	return d
+}
+
+// has reports whether the master sent a message of type typ to node to
+// since sent was last emptied.
+func (w *wantRun) has(typ chain.MsgType, to chain.NodeID) bool {
+	return slices.ContainsFunc(w.sent, func(m chain.Msg) bool { return m.Type == typ && (to == 0 || m.To == to) })
+}
+
+// failMiddle fails node 2 of the chain [1 2 3] at d, the repair done:
+// the record is [1 3].
+func (w *wantRun) failMiddle(t *testing.T, meta *wantMeta, d time.Duration) {
+	t.Helper()
+	w.x.m.Fail(2)
+	w.tick(d)
+	w.x.step([]chain.Msg{{Type: chain.MsgCRMidDone, From: 1, To: 9, Epoch: meta.rec.Epoch}})
+	if !slices.Equal(meta.rec.Members, []uint64{1, 3}) || w.x.m.Busy() {
+		t.Fatalf("after node 2's failure: record %+v, busy %v", meta.rec, w.x.m.Busy())
+	}
+}
+
+// join asks the master to join node j (its heartbeat says it is no
+// replica) and runs its pre-copy and flush; it fails the test unless the
+// record is then want and no member was truncated.
+func (w *wantRun) join(t *testing.T, meta *wantMeta, j chain.NodeID, seq uint64, want []uint64) {
+	t.Helper()
+	w.sent = w.sent[:0]
+	w.x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: j, To: 9, Seq: seq, Refused: true}})
+	if !w.has(chain.MsgPrecopy, j) {
+		t.Fatalf("node %d not joined: %+v", j, w.sent)
+	}
+	w.x.step([]chain.Msg{{Type: chain.MsgPrecopyDone, From: j, To: 9}})
+	w.sent = w.sent[:0]
+	w.x.step([]chain.Msg{{Type: chain.MsgFlushAck, From: j, To: 9}})
+	if !slices.Equal(meta.rec.Members, want) || w.has(chain.MsgTruncate, 0) {
+		t.Fatalf("after node %d's join: record %+v, want %v, or a member truncated: %+v", j, meta.rec, want, w.sent)
+	}
+}
+
 // TestHostedMasterWithdrawnJoinerIsReplaced: a growth after a failure
 // (chain [1 2 3], node 2 failed: [1 3], node 4 wanted in to take its
 // place) whose joiner dies in its pre-copy, and which the repairer
@@ -516,15 +551,10 @@ func TestHostedMasterWithdrawnJoinerIsReplaced(t *testing.T) {
 	meta := &wantMeta{fakeMeta: &fakeMeta{}}
 	w := newWantRun(t, meta, nil)
 	x, tick := w.x, w.tick
-	has := func(typ chain.MsgType, to chain.NodeID) bool {
-		return slices.ContainsFunc(w.sent, func(m chain.Msg) bool { return m.Type == typ && m.To == to })
-	}
 	d := lease + 2*hb
 	tick(0)
 	tick(d)
-	x.m.Fail(2)
-	tick(d + hb)
-	x.step([]chain.Msg{{Type: chain.MsgCRMidDone, From: 1, To: 9, Epoch: meta.rec.Epoch}})
+	w.failMiddle(t, meta, d+hb)
 	meta.joining = []uint64{4}
 	d += 2 * hb
 	tick(d)
@@ -541,19 +571,10 @@ func TestHostedMasterWithdrawnJoinerIsReplaced(t *testing.T) {
 	}
 	w.sent = w.sent[:0]
 	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 4, To: 9, Seq: 2, Refused: true}})
-	if has(chain.MsgPrecopy, 4) || x.m.Joiner() == 4 {
+	if w.has(chain.MsgPrecopy, 4) || x.m.Joiner() == 4 {
 		t.Fatalf("node 4, withdrawn, joined again: %+v", w.sent)
 	}
-	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 5, To: 9, Seq: 1, Refused: true}})
-	if !has(chain.MsgPrecopy, 5) {
-		t.Fatalf("node 5 not joined: %+v", w.sent)
-	}
-	x.step([]chain.Msg{{Type: chain.MsgPrecopyDone, From: 5, To: 9}})
-	w.sent = w.sent[:0]
-	x.step([]chain.Msg{{Type: chain.MsgFlushAck, From: 5, To: 9}})
-	if !slices.Equal(meta.rec.Members, []uint64{1, 5, 3}) || has(chain.MsgTruncate, 3) {
-		t.Fatalf("node 5 not linked in before the tail, or the tail truncated: record %+v, sent %+v", meta.rec, w.sent)
-	}
+	w.join(t, meta, 5, 1, []uint64{1, 5, 3})
 	meta.joining = nil // the map follows the record
 	tick(d + hb)
 	if x.wanting || x.m.Length() != 3 {
@@ -593,23 +614,8 @@ func TestHostedMasterTakesTheMapsLength(t *testing.T) {
 				joining: tc.joining, dropped: []uint64{2}}
 			w := newWantRun(t, meta, func(c *Config) { c.Members = tc.started })
 			x, tick := w.x, w.tick
-			d := wantLease + 2*wantHB
-			tick(0)
-			tick(d)
-			if x.m == nil {
-				t.Fatal("not acting")
-			}
-			w.sent = w.sent[:0]
-			x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: tc.join, To: 9, Seq: 1, Refused: true}})
-			if !slices.ContainsFunc(w.sent, func(m chain.Msg) bool { return m.Type == chain.MsgPrecopy && m.To == tc.join }) {
-				t.Fatalf("node %d not joined: %+v", tc.join, w.sent)
-			}
-			x.step([]chain.Msg{{Type: chain.MsgPrecopyDone, From: tc.join, To: 9}})
-			w.sent = w.sent[:0]
-			x.step([]chain.Msg{{Type: chain.MsgFlushAck, From: tc.join, To: 9}})
-			if slices.ContainsFunc(w.sent, func(m chain.Msg) bool { return m.Type == chain.MsgTruncate }) || !slices.Equal(meta.rec.Members, tc.want) {
-				t.Fatalf("after node %d's join: record %+v, sent %+v (truncated?), want %v", tc.join, meta.rec, w.sent, tc.want)
-			}
+			d := w.takeOver(t)
+			w.join(t, meta, tc.join, 1, tc.want)
 			meta.joining = nil // the map follows the record
 			meta.dropped = slices.DeleteFunc(meta.dropped, func(id uint64) bool { return slices.Contains(tc.want, id) })
 			tick(d + wantHB)
@@ -637,18 +643,13 @@ func TestHostedMasterRefusesANodeOutOfTheMap(t *testing.T) {
 			leaving: []uint64{2}, nodes: []uint64{1, 2, 3}}
 		w := newWantRun(t, meta, func(c *Config) { c.Members, c.mut.joinUnmapped = []uint64{1, 3}, joinUnmapped })
 		x, tick := w.x, w.tick
-		d := wantLease + 2*wantHB
-		tick(0)
-		tick(d)
-		if x.m == nil {
-			t.Fatal("not acting")
-		}
+		d := w.takeOver(t)
 		seq := uint64(0)
 		asks := func() bool {
 			w.sent = w.sent[:0]
 			seq++
 			x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 2, To: 9, Seq: seq, Refused: true}})
-			return slices.ContainsFunc(w.sent, func(m chain.Msg) bool { return m.Type == chain.MsgPrecopy && m.To == 2 }) || x.m.Joiner() == 2
+			return w.has(chain.MsgPrecopy, 2) || x.m.Joiner() == 2
 		}
 		if asks() {
 			t.Fatal("node 2, which the map's Leaving names, joined")
