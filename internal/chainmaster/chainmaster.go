@@ -856,14 +856,7 @@ func (x *Master) lead() (bool, time.Time) {
 		return false, now
 	}
 	x.led = now
-	if w, ok := x.cfg.Meta.(MetaWants); ok {
-		wt, err := w.Wants(x.cfg.Group)
-		if err != nil {
-			x.cfg.Logger.Warn("chain master: read the cluster map's wanted change of the chain", "err", err)
-		} else {
-			x.joining, x.leaving, x.mapDropped, x.mapNodes, x.mapped = wt.Joining, wt.Leaving, wt.Dropped, wt.Nodes, wt.Mapped
-		}
-	}
+	x.readWants()
 	if x.m != nil {
 		if !cc.Equal(x.committed) {
 			// Someone else changed the record: this master's state is not
@@ -927,6 +920,9 @@ func (x *Master) lead() (bool, time.Time) {
 			x.cfg.Logger.Warn("chain master: record the chain", "record", rec.Members, "epoch", rec.Epoch, "err", err)
 			return false, now
 		}
+		// The map followed the record just written (its members, and the
+		// places that left: Dropped), which countFromMap counts.
+		x.readWants()
 	}
 	ids := make([]chain.NodeID, len(cc.Members))
 	for i, id := range cc.Members {
@@ -991,6 +987,21 @@ func (x *Master) lead() (bool, time.Time) {
 	}
 	x.cfg.Logger.Info("chain master: acting (metadata leader)", "members", cc.Members, "epoch", cc.Epoch)
 	return true, now
+}
+
+// readWants reads the cluster map's entry of the chain (MetaWants), if
+// the Meta has it: kept as it was when the read fails.
+func (x *Master) readWants() {
+	w, ok := x.cfg.Meta.(MetaWants)
+	if !ok {
+		return
+	}
+	wt, err := w.Wants(x.cfg.Group)
+	if err != nil {
+		x.cfg.Logger.Warn("chain master: read the cluster map's wanted change of the chain", "err", err)
+		return
+	}
+	x.joining, x.leaving, x.mapDropped, x.mapNodes, x.mapped = wt.Joining, wt.Leaving, wt.Dropped, wt.Nodes, wt.Mapped
 }
 
 // newCore is the master's core for the chain members at epoch, keeping it

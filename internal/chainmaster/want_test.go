@@ -1,6 +1,7 @@
 package chainmaster
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -660,5 +661,48 @@ func TestHostedMasterRefusesANodeOutOfTheMap(t *testing.T) {
 		if joined := asks(); joined != joinUnmapped {
 			t.Fatalf("joinUnmapped %v: node 2, no node of the map, joined: %v (members %v)", joinUnmapped, joined, x.m.Members())
 		}
+	}
+}
+
+// followMeta is wantMeta whose map follows each record committed, as the
+// metadata group's does (kv's followChain): a member the record leaves
+// that the map neither wanted out nor wants in is dropped.
+type followMeta struct{ *wantMeta }
+
+func (m followMeta) Commit(ctx context.Context, op kv.Op) (kv.Result, error) {
+	var before []uint64
+	if m.rec != nil {
+		before = slices.Clone(m.rec.Members)
+	}
+	res, err := m.wantMeta.Commit(ctx, op)
+	if err == nil && m.rec != nil {
+		for _, id := range before {
+			if !slices.Contains(m.rec.Members, id) && !slices.Contains(m.leaving, id) && !slices.Contains(m.joining, id) && !slices.Contains(m.dropped, id) {
+				m.dropped = append(m.dropped, id)
+			}
+		}
+	}
+	return res, err
+}
+
+// TestHostedMasterAdoptedRecordKeepsTheLength: a master that takes over
+// from members ahead of the record (the record [1 2 3], members 1 and 3 at
+// a later epoch without 2: an old master failed 2 and died before the
+// commit) records their configuration first, which drops node 2 in the
+// map; its length is then the map's after that commit, 3 — read before
+// it, the map's Dropped lacked node 2 and the length was 2.
+func TestHostedMasterAdoptedRecordKeepsTheLength(t *testing.T) {
+	meta := &wantMeta{fakeMeta: &fakeMeta{rec: &kv.ChainConfig{Epoch: 1, Members: []uint64{1, 2, 3}}}}
+	w := newWantRun(t, meta, func(c *Config) { c.Meta = followMeta{meta} })
+	w.tick(0)
+	for _, id := range []chain.NodeID{1, 3} {
+		w.x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: 1, Epoch: 3, Members: []chain.NodeID{1, 3}}})
+	}
+	w.tick(wantLease + 2*wantHB)
+	if w.x.m == nil || !slices.Equal(meta.rec.Members, []uint64{1, 3}) || !slices.Equal(meta.dropped, []uint64{2}) {
+		t.Fatalf("not acting on the members' configuration: record %+v, dropped %v", meta.rec, meta.dropped)
+	}
+	if l := w.x.m.Length(); l != 3 {
+		t.Fatalf("the chain's length after the takeover is %d, want 3 (members [1 3], 2 dropped)", l)
 	}
 }
