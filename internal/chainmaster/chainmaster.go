@@ -650,7 +650,7 @@ func (x *Master) step(msgs []chain.Msg) {
 			}
 			continue
 		}
-		if x.mapped && !slices.Contains(x.mapNodes, from) && !(mutation.On && x.cfg.mut.joinUnmapped) {
+		if x.mapped && len(x.mapNodes) > 0 && !slices.Contains(x.mapNodes, from) && !(mutation.On && x.cfg.mut.joinUnmapped) {
 			// Not a node of the cluster map: taken out of it (kefir
 			// cluster remove-node) after it left the chain — the map's
 			// Leaving, which kept it out, went with it — and back on its
@@ -658,6 +658,9 @@ func (x *Master) step(msgs []chain.Msg) {
 			// make the chain one longer than its length, so the flush
 			// would truncate the live tail, and the map, which names
 			// only its nodes, would stop following the chain's record.
+			// (A map without a node list, an older build's, knows its
+			// nodes by their groups only: no node is refused by it, and
+			// no node leaves such a map.)
 			if !x.refused[from] {
 				x.refused[from] = true
 				x.cfg.Logger.Info("chain master: join refused: the node is not a node of the cluster map", "node", from)

@@ -661,6 +661,16 @@ func TestHostedMasterRefusesANodeOutOfTheMap(t *testing.T) {
 		if joined := asks(); joined != joinUnmapped {
 			t.Fatalf("joinUnmapped %v: node 2, no node of the map, joined: %v (members %v)", joinUnmapped, joined, x.m.Members())
 		}
+		if joinUnmapped {
+			continue
+		}
+		// A map without a node list (an older build's) refuses no one.
+		meta.nodes = []uint64{}
+		d += wantHB
+		tick(d)
+		if !asks() {
+			t.Fatal("node 2 refused by a map without a node list")
+		}
 	}
 }
 
