@@ -993,12 +993,11 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 }
 
 // stillHosts names the groups that still host node id in map cm ("group 2
-// and the metadata group"), or "" when none does (or cm is nil: unknown).
-// A chain group that lists it only as leaving does not host it (its master
-// took it out of the chain, or is taking it out, and keeps it listed so as
-// to refuse it should it come back): that one the map's own refusal
-// answers for, said as before ("run remove-node again later"), not as a
-// group that --group left out.
+// and the metadata group"), or "" when none does (or cm is nil: unknown):
+// kv.ClusterMap.NodeGroups, the map's own check. A chain group that lists
+// it only as leaving (its master took it out of the chain, and keeps it
+// listed so as to refuse it should it come back) does not host it: the
+// removal takes the entry out with the node.
 func stillHosts(cm *kv.ClusterMap, id uint64) string {
 	if cm == nil {
 		return ""
@@ -1006,9 +1005,6 @@ func stillHosts(cm *kv.ClusterMap, id uint64) string {
 	gs, meta := cm.NodeGroups(id)
 	var names []string
 	for _, g := range gs {
-		if mg, ok := cm.Group(g); ok && !slices.Contains(mg.Members, id) && !slices.Contains(mg.Joining, id) {
-			continue // leaving only
-		}
 		names = append(names, strconv.FormatUint(g, 10))
 	}
 	var parts []string

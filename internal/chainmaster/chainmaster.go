@@ -182,6 +182,9 @@ type mutations struct {
 	// growOnTop: a node wanted in always lengthens the chain, even one
 	// that takes a failed member's place (the code before filled).
 	growOnTop bool
+	// joinUnmapped: a node that is not a node of the cluster map is
+	// joined when it asks, as any node that is not a replica.
+	joinUnmapped bool
 }
 
 // Meta is the metadata group as a hosted master uses it, at one node.
@@ -203,9 +206,20 @@ type Meta interface {
 // joined as any node that asks (the chain is kept one longer per joiner
 // meanwhile, so a join truncates no one); a leaving member is failed once
 // every joiner is linked in, after its last lease ran out; and a leaving
-// node is never joined again.
+// node is never joined again. The map's Dropped gives the chain's length
+// to a master that takes over (Want).
 type MetaWants interface {
-	Wants(group uint64) (joining, leaving []uint64, err error)
+	Wants(group uint64) (Want, error)
+}
+
+// Want is a chain group's entry in the cluster map as the master reads it
+// (MetaWants): the nodes wanted in (Joining) and out (Leaving), and the
+// members failed without a wish whose places the chain keeps (Dropped);
+// Nodes are the map's nodes, the only ones the master joins. Mapped: the
+// map has the chain (none of it is known otherwise).
+type Want struct {
+	Joining, Leaving, Dropped, Nodes []uint64
+	Mapped                           bool
 }
 
 // Master is a running master.
@@ -243,10 +257,15 @@ type Master struct {
 	// granted a lease; draining: leaving members no longer granted one,
 	// since when.
 	joining, leaving []uint64
-	wanting          bool
-	length           int
-	granted          map[uint64]time.Time
-	draining         map[uint64]time.Time
+	// mapDropped, mapped: the map's Dropped of the chain and whether the
+	// map has the chain, as of the last leadership read (the length at a
+	// takeover: countFromMap); mapNodes: the map's nodes then.
+	mapDropped, mapNodes []uint64
+	mapped               bool
+	wanting              bool
+	length               int
+	granted              map[uint64]time.Time
+	draining             map[uint64]time.Time
 	// target is the length the wanted changes lead to (countWant): length,
 	// one more per node wanted in, one less per node wanted out, counted
 	// once each (seenJoin, seenLeave; counted: the first count since this
@@ -655,6 +674,23 @@ func (x *Master) step(msgs []chain.Msg) {
 			}
 			continue
 		}
+		if x.mapped && len(x.mapNodes) > 0 && !slices.Contains(x.mapNodes, from) && !(mutation.On && x.cfg.mut.joinUnmapped) {
+			// Not a node of the cluster map: taken out of it (kefir
+			// cluster remove-node) after it left the chain — the map's
+			// Leaving, which kept it out, went with it — and back on its
+			// old directory, its member never retired. Joined, it would
+			// make the chain one longer than its length, so the flush
+			// would truncate the live tail, and the map, which names
+			// only its nodes, would stop following the chain's record.
+			// (A map without a node list, an older build's, knows its
+			// nodes by their groups only: no node is refused by it, and
+			// no node leaves such a map.)
+			if !x.refused[from] {
+				x.refused[from] = true
+				x.cfg.Logger.Info("chain master: join refused: the node is not a node of the cluster map", "node", from)
+			}
+			continue
+		}
 		// What it holds: a node left out of a whole-chain restart
 		// (RestartWithout) is joined only if it holds no more than the
 		// chain restarted from.
@@ -847,14 +883,7 @@ func (x *Master) lead() (bool, time.Time) {
 		return false, now
 	}
 	x.led = now
-	if w, ok := x.cfg.Meta.(MetaWants); ok {
-		j, l, err := w.Wants(x.cfg.Group)
-		if err != nil {
-			x.cfg.Logger.Warn("chain master: read the cluster map's wanted change of the chain", "err", err)
-		} else {
-			x.joining, x.leaving = j, l
-		}
-	}
+	x.readWants()
 	if x.m != nil {
 		if !cc.Equal(x.committed) {
 			// Someone else changed the record: this master's state is not
@@ -922,6 +951,9 @@ func (x *Master) lead() (bool, time.Time) {
 			x.cfg.Logger.Warn("chain master: record the chain", "record", rec.Members, "epoch", rec.Epoch, "err", err)
 			return false, now
 		}
+		// The map followed the record just written (its members, and the
+		// places that left: Dropped), which countFromMap counts.
+		x.readWants()
 	}
 	ids := make([]chain.NodeID, len(cc.Members))
 	for i, id := range cc.Members {
@@ -958,6 +990,9 @@ func (x *Master) lead() (bool, time.Time) {
 		x.cfg.Logger.Warn("chain master: the record is ahead of the members (decided, never announced): rewiring from a member's configuration",
 			"record", cc.Members, "epoch", cc.Epoch, "member", uint64(old.From), "its epoch", old.Epoch)
 	}
+	if x.mapped {
+		x.countFromMap(cc)
+	}
 	x.m = x.newCore(from, cc.Epoch)
 	x.committed, x.actAt, x.reports = cc, time.Time{}, nil
 	clear(x.heard)
@@ -983,6 +1018,21 @@ func (x *Master) lead() (bool, time.Time) {
 	}
 	x.cfg.Logger.Info("chain master: acting (metadata leader)", "members", cc.Members, "epoch", cc.Epoch)
 	return true, now
+}
+
+// readWants reads the cluster map's entry of the chain (MetaWants), if
+// the Meta has it: kept as it was when the read fails.
+func (x *Master) readWants() {
+	w, ok := x.cfg.Meta.(MetaWants)
+	if !ok {
+		return
+	}
+	wt, err := w.Wants(x.cfg.Group)
+	if err != nil {
+		x.cfg.Logger.Warn("chain master: read the cluster map's wanted change of the chain", "err", err)
+		return
+	}
+	x.joining, x.leaving, x.mapDropped, x.mapNodes, x.mapped = wt.Joining, wt.Leaving, wt.Dropped, wt.Nodes, wt.Mapped
 }
 
 // newCore is the master's core for the chain members at epoch, keeping it
@@ -1125,6 +1175,42 @@ func (x *Master) tick(now time.Time) {
 	x.flush()
 }
 
+// countFromMap sets the chain's length and target at a takeover from the
+// cluster map (its entry as of this leadership read) and the record cc:
+// the length is the record's members and the places failures left
+// (Dropped), which the map keeps whichever master acted; the target adds
+// one per node wanted in that is not a member yet — none fills a place,
+// as Dropped no longer lists a place a wish's joiner takes (kv.chainWant)
+// — and takes one per member wanted out. Why not the master's own length
+// (the members the map named when its process started, or what its own
+// last change left): a master started after a failure counted the chain
+// one short, and the failed member's restart then truncated the live tail
+// after its flush; one started before a growth that another master
+// carried out (or that a failure interrupted) counted the growth's joiner
+// as filling a failed member's place rather than lengthening the chain.
+func (x *Master) countFromMap(cc *kv.ChainConfig) {
+	x.length = max(len(cc.Members)+len(x.mapDropped), 1)
+	x.counted, x.target = true, x.length
+	clear(x.seenJoin)
+	clear(x.seenLeave)
+	clear(x.filled)
+	for _, id := range x.joining {
+		// A member that is the record's joiner is counted among the
+		// members, and not linked in yet: its flush may abort.
+		member := slices.Contains(cc.Members, id)
+		x.seenJoin[id] = member && id != cc.Joiner
+		if !member {
+			x.target++
+		}
+	}
+	for _, id := range x.leaving {
+		x.seenLeave[id] = true
+		if slices.Contains(cc.Members, id) {
+			x.target--
+		}
+	}
+}
+
 // countWant keeps target, the length the wanted changes lead to: a node
 // newly wanted in adds one — unless the chain, failures having dropped a
 // member, is below target without it: then it takes that member's place
@@ -1161,6 +1247,24 @@ func (x *Master) countWant(members []uint64) {
 			}
 		}
 	}
+	// A node no longer wanted in (its join withdrawn: the repair of a
+	// joiner that died, which places another in the same wish) gives back
+	// what it added — before the nodes newly wanted are counted, which
+	// would otherwise count it as still on its way: a withdrawn joiner
+	// that filled a failed member's place, replaced in one wish, left the
+	// chain one longer than wanted (the new node added one on top of the
+	// place, and the place was not given back).
+	for id, linked := range x.seenJoin {
+		member := slices.Contains(members, id)
+		linked = linked || member && id != uint64(x.m.Joiner())
+		if !slices.Contains(x.joining, id) {
+			delete(x.seenJoin, id)
+			if !linked && !member && !x.filled[id] {
+				x.target-- // no longer wanted, never joined
+			}
+			delete(x.filled, id)
+		}
+	}
 	for _, id := range x.joining {
 		if _, ok := x.seenJoin[id]; !ok {
 			// The chain as wanted without it: its members and the nodes
@@ -1185,17 +1289,9 @@ func (x *Master) countWant(members []uint64) {
 	}
 	// seenJoin: whether the node was seen linked in (a member, its flush
 	// done), which counts it for good.
-	for id, linked := range x.seenJoin {
-		member := slices.Contains(members, id)
-		if member && id != uint64(x.m.Joiner()) {
-			x.seenJoin[id], linked = true, true
-		}
-		if !slices.Contains(x.joining, id) {
-			delete(x.seenJoin, id)
-			if !linked && !member && !x.filled[id] {
-				x.target-- // no longer wanted, never joined
-			}
-			delete(x.filled, id)
+	for id := range x.seenJoin {
+		if slices.Contains(members, id) && id != uint64(x.m.Joiner()) {
+			x.seenJoin[id] = true
 		}
 	}
 	for _, id := range x.leaving {
@@ -1246,6 +1342,16 @@ func chainIDs(ids []chain.NodeID) []uint64 {
 func (x *Master) followWant(now time.Time) {
 	if x.m.Down() {
 		return
+	}
+	if j := uint64(x.m.Joiner()); j != 0 && slices.Contains(x.leaving, j) {
+		// The map withdrew the join (a repair of a joiner dead for
+		// --repair-after, or a wish naming it to leave): it is given up
+		// now, not after the joiner's silence, and never joined again
+		// while the map's Leaving names it (step).
+		x.cfg.Logger.Warn("chain master: the cluster map gave up the join: joiner failed", "node", j)
+		x.m.Fail(chain.NodeID(j))
+		delete(x.heard, j)
+		delete(x.progress, j)
 	}
 	members := chainIDs(x.m.Members())
 	x.countWant(members)

@@ -1,6 +1,7 @@
 package chainmaster
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -14,11 +15,19 @@ import (
 // (MetaWants).
 type wantMeta struct {
 	*fakeMeta
-	joining, leaving []uint64
+	joining, leaving, dropped []uint64
+	// nodes: the map's nodes (nil: 1-8; the master is 9).
+	nodes []uint64
+	// unmapped: the map has no such chain (a Meta without a map's view).
+	unmapped bool
 }
 
-func (m *wantMeta) Wants(uint64) (joining, leaving []uint64, err error) {
-	return m.joining, m.leaving, nil
+func (m *wantMeta) Wants(uint64) (Want, error) {
+	nodes := m.nodes
+	if nodes == nil {
+		nodes = []uint64{1, 2, 3, 4, 5, 6, 7, 8}
+	}
+	return Want{Joining: m.joining, Leaving: m.leaving, Dropped: m.dropped, Nodes: nodes, Mapped: !m.unmapped}, nil
 }
 
 // TestHostedMasterCarriesOutTheMapsWish drives a hosted master, on a clock
@@ -154,12 +163,20 @@ func wishRun(t *testing.T, joinLeaving bool) {
 // its node started it, 3) minus the leaving member gives 2, and the chain's
 // next rejoin — here the tail's, after a restart — truncates the tail (the
 // new node): the chain runs one member short of its length for good.
+// Both from the map's view of the chain (countFromMap) and, for a Meta
+// without it, from the record's members (countWant's first count).
 func TestHostedMasterTakingOverMidChangeKeepsTheLength(t *testing.T) {
+	for _, unmapped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "mapped", true: "unmapped"}[unmapped], func(t *testing.T) { takingOverMidChange(t, unmapped) })
+	}
+}
+
+func takingOverMidChange(t *testing.T, unmapped bool) {
 	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
 	t0 := time.Unix(1_000_000, 0)
 	now := t0
 	// The other master's work: 4 joined at epoch 1, 2 still a member.
-	meta := &wantMeta{fakeMeta: &fakeMeta{rec: &kv.ChainConfig{Group: 0, Epoch: 1, Members: []uint64{1, 2, 4, 3}}}, leaving: []uint64{2}}
+	meta := &wantMeta{fakeMeta: &fakeMeta{rec: &kv.ChainConfig{Group: 0, Epoch: 1, Members: []uint64{1, 2, 4, 3}}}, leaving: []uint64{2}, unmapped: unmapped}
 	var sent []chain.Msg
 	cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
 		Meta: meta, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}
@@ -418,32 +435,17 @@ func growthAfterFailure(t *testing.T, growOnTop bool, leaving []uint64) int {
 	meta := &wantMeta{fakeMeta: &fakeMeta{}}
 	w := newWantRun(t, meta, func(c *Config) { c.mut.growOnTop = growOnTop })
 	x, tick := w.x, w.tick
-	has := func(typ chain.MsgType, to chain.NodeID) bool {
-		return slices.ContainsFunc(w.sent, func(m chain.Msg) bool { return m.Type == typ && m.To == to })
-	}
 	d := lease + 2*hb
 	tick(0)
 	tick(d) // acting from the first record
-	x.m.Fail(2)
-	tick(d + hb)
-	x.step([]chain.Msg{{Type: chain.MsgCRMidDone, From: 1, To: 9, Epoch: meta.rec.Epoch}})
-	if !slices.Equal(meta.rec.Members, []uint64{1, 3}) || x.m.Busy() || x.m.Length() != 3 {
-		t.Fatalf("after node 2's failure: record %+v, busy %v, length %d", meta.rec, x.m.Busy(), x.m.Length())
+	w.failMiddle(t, meta, d+hb)
+	if x.m.Length() != 3 {
+		t.Fatalf("after node 2's failure: length %d", x.m.Length())
 	}
 	meta.joining, meta.leaving = []uint64{4}, leaving
 	d += 2 * hb
 	tick(d)
-	w.sent = w.sent[:0]
-	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 4, To: 9, Seq: 1, Refused: true}})
-	if !has(chain.MsgPrecopy, 4) {
-		t.Fatalf("the wanted node was not joined: %+v", w.sent)
-	}
-	x.step([]chain.Msg{{Type: chain.MsgPrecopyDone, From: 4, To: 9}})
-	w.sent = w.sent[:0]
-	x.step([]chain.Msg{{Type: chain.MsgFlushAck, From: 4, To: 9}})
-	if !slices.Equal(meta.rec.Members, []uint64{1, 4, 3}) || has(chain.MsgTruncate, 3) {
-		t.Fatalf("node 4 not linked in before the tail, or the tail truncated: record %+v, sent %+v", meta.rec, w.sent)
-	}
+	w.join(t, meta, 4, 1, []uint64{1, 4, 3})
 	meta.joining = nil // the map follows the record
 	tick(d + hb)
 	if x.wanting {
@@ -485,3 +487,232 @@ func newWantRun(t *testing.T, meta *wantMeta, cfg func(*Config)) *wantRun {
 
 func (w *wantRun) at(d time.Duration)   { w.now = w.t0.Add(d) }
 func (w *wantRun) tick(d time.Duration) { w.at(d); w.x.tick(w.now) }
+
+// takeOver ticks the master at the start and once the old master's
+// leases ran out, and returns that time; it fails the test unless the
+// master then acts (from the record meta holds).
+func (w *wantRun) takeOver(t *testing.T) time.Duration {
+	t.Helper()
+	d := wantLease + 2*wantHB
+	w.tick(0)
+	w.tick(d)
+	if w.x.m == nil {
+		t.Fatal("not acting")
+	}
+	return d
+}
+
+// has reports whether the master sent a message of type typ to node to
+// since sent was last emptied.
+func (w *wantRun) has(typ chain.MsgType, to chain.NodeID) bool {
+	return slices.ContainsFunc(w.sent, func(m chain.Msg) bool { return m.Type == typ && (to == 0 || m.To == to) })
+}
+
+// failMiddle fails node 2 of the chain [1 2 3] at d, the repair done:
+// the record is [1 3].
+func (w *wantRun) failMiddle(t *testing.T, meta *wantMeta, d time.Duration) {
+	t.Helper()
+	w.x.m.Fail(2)
+	w.tick(d)
+	w.x.step([]chain.Msg{{Type: chain.MsgCRMidDone, From: 1, To: 9, Epoch: meta.rec.Epoch}})
+	if !slices.Equal(meta.rec.Members, []uint64{1, 3}) || w.x.m.Busy() {
+		t.Fatalf("after node 2's failure: record %+v, busy %v", meta.rec, w.x.m.Busy())
+	}
+}
+
+// join asks the master to join node j (its heartbeat says it is no
+// replica) and runs its pre-copy and flush; it fails the test unless the
+// record is then want and no member was truncated.
+func (w *wantRun) join(t *testing.T, meta *wantMeta, j chain.NodeID, seq uint64, want []uint64) {
+	t.Helper()
+	w.sent = w.sent[:0]
+	w.x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: j, To: 9, Seq: seq, Refused: true}})
+	if !w.has(chain.MsgPrecopy, j) {
+		t.Fatalf("node %d not joined: %+v", j, w.sent)
+	}
+	w.x.step([]chain.Msg{{Type: chain.MsgPrecopyDone, From: j, To: 9}})
+	w.sent = w.sent[:0]
+	w.x.step([]chain.Msg{{Type: chain.MsgFlushAck, From: j, To: 9}})
+	if !slices.Equal(meta.rec.Members, want) || w.has(chain.MsgTruncate, 0) {
+		t.Fatalf("after node %d's join: record %+v, want %v, or a member truncated: %+v", j, meta.rec, want, w.sent)
+	}
+}
+
+// TestHostedMasterWithdrawnJoinerIsReplaced: a growth after a failure
+// (chain [1 2 3], node 2 failed: [1 3], node 4 wanted in to take its
+// place) whose joiner dies in its pre-copy, and which the repairer
+// replaces (kefir server --repair-after: one wish withdrawing node 4's
+// join and wanting node 5 in). The master gives node 4 up at once (it does
+// not wait out the pre-copy's grace for a node the map no longer wants),
+// refuses it when it asks again, joins node 5 in the place — no truncation
+// at its flush — and ends at length 3. Counting node 5 before giving
+// node 4's place back (the code before) left the length 4.
+func TestHostedMasterWithdrawnJoinerIsReplaced(t *testing.T) {
+	const hb, lease = wantHB, wantLease
+	meta := &wantMeta{fakeMeta: &fakeMeta{}}
+	w := newWantRun(t, meta, nil)
+	x, tick := w.x, w.tick
+	d := lease + 2*hb
+	tick(0)
+	tick(d)
+	w.failMiddle(t, meta, d+hb)
+	meta.joining = []uint64{4}
+	d += 2 * hb
+	tick(d)
+	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 4, To: 9, Seq: 1, Refused: true}})
+	if x.m.Joiner() != 4 || !x.m.JoinerPrecopying() {
+		t.Fatalf("node 4 not pre-copying: joiner %d", x.m.Joiner())
+	}
+	// Node 4 dies; the repair withdraws its join and wants node 5 in.
+	meta.joining, meta.leaving = []uint64{5}, []uint64{4}
+	d += hb
+	tick(d)
+	if x.m.Joiner() == 4 {
+		t.Fatal("the master still joins node 4, which the map no longer wants")
+	}
+	w.sent = w.sent[:0]
+	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 4, To: 9, Seq: 2, Refused: true}})
+	if w.has(chain.MsgPrecopy, 4) || x.m.Joiner() == 4 {
+		t.Fatalf("node 4, withdrawn, joined again: %+v", w.sent)
+	}
+	w.join(t, meta, 5, 1, []uint64{1, 5, 3})
+	meta.joining = nil // the map follows the record
+	tick(d + hb)
+	if x.wanting || x.m.Length() != 3 {
+		t.Fatalf("after node 5's join: wanting %v, length %d, want 3", x.wanting, x.m.Length())
+	}
+}
+
+// TestHostedMasterTakesTheMapsLength: a master that takes over takes the
+// chain's length from the cluster map — its members and the places its
+// failures left (Dropped) — and adds the nodes wanted in, not from the
+// members the map named when its node started the master:
+//
+//   - started after node 2 of [1 2 3] failed (the map [1 3], 2 dropped),
+//     it takes over; node 2 restarts and is joined again: the chain is
+//     [1 2 3], its tail not truncated (counted from its start, 2: the
+//     flush truncated node 3);
+//   - started on [1 2 3], it takes over in the middle of a growth that
+//     another master began (node 4 wanted in) and that node 2's failure
+//     interrupted (the map [1 3], 2 dropped): once node 4 is linked in the
+//     length is 4, node 2's place still the chain's (counted from its
+//     start, node 4 filled node 2's place: 3, while the map still lists
+//     the place for a replace-node to re-create).
+func TestHostedMasterTakesTheMapsLength(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		started []uint64
+		joining []uint64
+		join    chain.NodeID
+		want    []uint64
+		length  int
+	}{
+		{name: "rejoin", started: []uint64{1, 3}, join: 2, want: []uint64{1, 2, 3}, length: 3},
+		{name: "growth", started: []uint64{1, 2, 3}, joining: []uint64{4}, join: 4, want: []uint64{1, 4, 3}, length: 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			meta := &wantMeta{fakeMeta: &fakeMeta{rec: &kv.ChainConfig{Epoch: 2, Members: []uint64{1, 3}}},
+				joining: tc.joining, dropped: []uint64{2}}
+			w := newWantRun(t, meta, func(c *Config) { c.Members = tc.started })
+			x, tick := w.x, w.tick
+			d := w.takeOver(t)
+			w.join(t, meta, tc.join, 1, tc.want)
+			meta.joining = nil // the map follows the record
+			meta.dropped = slices.DeleteFunc(meta.dropped, func(id uint64) bool { return slices.Contains(tc.want, id) })
+			tick(d + wantHB)
+			if x.wanting || x.m.Length() != tc.length {
+				t.Fatalf("after node %d's join: wanting %v, length %d, want %d", tc.join, x.wanting, x.m.Length(), tc.length)
+			}
+		})
+	}
+}
+
+// TestHostedMasterRefusesANodeOutOfTheMap: node 2 left the chain [1 2 3]
+// as the map wanted (the record [1 3], 2 in the map's Leaving), then left
+// the map (kefir cluster remove-node: the map's Leaving loses it with it).
+// Its member, back on its old directory and never retired, asks to join:
+// the master refuses it — as no node of the map, as it refused it as a
+// node in Leaving before — rather than join it into a chain at its length,
+// whose flush would truncate the live tail (with the mutation joinUnmapped
+// it is joined).
+func TestHostedMasterRefusesANodeOutOfTheMap(t *testing.T) {
+	for _, joinUnmapped := range []bool{false, true} {
+		if joinUnmapped && !mutation.On {
+			continue
+		}
+		meta := &wantMeta{fakeMeta: &fakeMeta{rec: &kv.ChainConfig{Epoch: 2, Members: []uint64{1, 3}}},
+			leaving: []uint64{2}, nodes: []uint64{1, 2, 3}}
+		w := newWantRun(t, meta, func(c *Config) { c.Members, c.mut.joinUnmapped = []uint64{1, 3}, joinUnmapped })
+		x, tick := w.x, w.tick
+		d := w.takeOver(t)
+		seq := uint64(0)
+		asks := func() bool {
+			w.sent = w.sent[:0]
+			seq++
+			x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 2, To: 9, Seq: seq, Refused: true}})
+			return w.has(chain.MsgPrecopy, 2) || x.m.Joiner() == 2
+		}
+		if asks() {
+			t.Fatal("node 2, which the map's Leaving names, joined")
+		}
+		meta.leaving, meta.nodes = nil, []uint64{1, 3} // remove-node 2
+		d += wantHB
+		tick(d)
+		if joined := asks(); joined != joinUnmapped {
+			t.Fatalf("joinUnmapped %v: node 2, no node of the map, joined: %v (members %v)", joinUnmapped, joined, x.m.Members())
+		}
+		if joinUnmapped {
+			continue
+		}
+		// A map without a node list (an older build's) refuses no one.
+		meta.nodes = []uint64{}
+		d += wantHB
+		tick(d)
+		if !asks() {
+			t.Fatal("node 2 refused by a map without a node list")
+		}
+	}
+}
+
+// followMeta is wantMeta whose map follows each record committed, as the
+// metadata group's does (kv's followChain): a member the record leaves
+// that the map neither wanted out nor wants in is dropped.
+type followMeta struct{ *wantMeta }
+
+func (m followMeta) Commit(ctx context.Context, op kv.Op) (kv.Result, error) {
+	var before []uint64
+	if m.rec != nil {
+		before = slices.Clone(m.rec.Members)
+	}
+	res, err := m.wantMeta.Commit(ctx, op)
+	if err == nil && m.rec != nil {
+		for _, id := range before {
+			if !slices.Contains(m.rec.Members, id) && !slices.Contains(m.leaving, id) && !slices.Contains(m.joining, id) && !slices.Contains(m.dropped, id) {
+				m.dropped = append(m.dropped, id)
+			}
+		}
+	}
+	return res, err
+}
+
+// TestHostedMasterAdoptedRecordKeepsTheLength: a master that takes over
+// from members ahead of the record (the record [1 2 3], members 1 and 3 at
+// a later epoch without 2: an old master failed 2 and died before the
+// commit) records their configuration first, which drops node 2 in the
+// map; its length is then the map's after that commit, 3 — read before
+// it, the map's Dropped lacked node 2 and the length was 2.
+func TestHostedMasterAdoptedRecordKeepsTheLength(t *testing.T) {
+	meta := &wantMeta{fakeMeta: &fakeMeta{rec: &kv.ChainConfig{Epoch: 1, Members: []uint64{1, 2, 3}}}}
+	w := newWantRun(t, meta, func(c *Config) { c.Meta = followMeta{meta} })
+	w.tick(0)
+	for _, id := range []chain.NodeID{1, 3} {
+		w.x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: 1, Epoch: 3, Members: []chain.NodeID{1, 3}}})
+	}
+	w.tick(wantLease + 2*wantHB)
+	if w.x.m == nil || !slices.Equal(meta.rec.Members, []uint64{1, 3}) || !slices.Equal(meta.dropped, []uint64{2}) {
+		t.Fatalf("not acting on the members' configuration: record %+v, dropped %v", meta.rec, meta.dropped)
+	}
+	if l := w.x.m.Length(); l != 3 {
+		t.Fatalf("the chain's length after the takeover is %d, want 3 (members [1 3], 2 dropped)", l)
+	}
+}

@@ -728,17 +728,23 @@ func joiningNote(g kv.MapGroup) string {
 // planChain plans the change of chain group g that removes leave and, in
 // their place, joins join (nodes of the map); ok false when g has nothing
 // to do with it: none of leave a member (nor a member its master dropped
-// by failure: the map's Dropped, whose place a replacement re-creates) and
-// none of join wanted or joining. Without leave it is a growth: every one of join not linked in
+// by failure: the map's Dropped, whose place a replacement re-creates; nor
+// a node still joining, whose join the replacement withdraws) and none of
+// join wanted or joining. Without leave it is a growth: every one of join not linked in
 // yet joins (planChainGrowth). A change the chain made already in part (a rerun) plans what is
 // left: a joiner already a member is not asked again, and a leaving node
 // already out of the chain is still named, so that the map keeps it out
 // (the wish is then the map's as it is, a no-op).
 func planChain(g kv.MapGroup, join, leave []uint64) (GroupChange, bool) {
 	in := func(id uint64) bool { return slices.Contains(g.Members, id) }
-	// A member's place, or the place of one its master dropped by failure
-	// (Dropped): a replacement joins a node in either.
-	placeOf := func(id uint64) bool { return in(id) || slices.Contains(g.Dropped, id) }
+	// A member's place, the place of one its master dropped by failure
+	// (Dropped), or the place a node the map wants in was to take
+	// (Joining: it died before it was linked in): a replacement joins a
+	// node in any, and the wish's leave withdraws the dead joiner's join
+	// (kv.chainWant: Joining loses it, Leaving keeps it out).
+	placeOf := func(id uint64) bool {
+		return in(id) || slices.Contains(g.Dropped, id) || slices.Contains(g.Joining, id)
+	}
 	grow := len(leave) == 0
 	if !grow && !slices.ContainsFunc(leave, placeOf) && !slices.ContainsFunc(join, func(id uint64) bool { return slices.Contains(g.Joining, id) }) {
 		return GroupChange{}, false

@@ -96,11 +96,14 @@ func PlanReplacePlacedStep(cm *kv.ClusterMap, old uint64, live func(id uint64) b
 // hasPlaceOf reports whether group g has a place of node old to re-create
 // elsewhere (replace-node --old old): old is a member; or g is a chain
 // whose master dropped old by failure (the map's Dropped: the chain runs
-// one shorter, and the place is still old's), or that is re-creating it
+// one shorter, and the place is still old's), that the map wants old to
+// join (Joining: a replacement or a growth whose new node died before it
+// was linked in — the chain is kept one longer for it, and a replace's
+// leaving member waits for it, for ever), or that is re-creating it
 // already (old leaving, a node joining: an earlier run's wish under way).
 func hasPlaceOf(g kv.MapGroup, old uint64) bool {
 	return slices.Contains(g.Members, old) ||
-		g.IsChain() && (slices.Contains(g.Dropped, old) || slices.Contains(g.Leaving, old) && len(g.Joining) > 0)
+		g.IsChain() && (slices.Contains(g.Dropped, old) || slices.Contains(g.Joining, old) || slices.Contains(g.Leaving, old) && len(g.Joining) > 0)
 }
 
 // DroppedFrom returns the chain groups of cm whose master dropped node id

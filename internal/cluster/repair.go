@@ -186,12 +186,16 @@ func (w *RepairWatch) Due(now time.Time, cm *kv.ClusterMap, after time.Duration)
 		if groups == nil {
 			groups = mapGroups(cm)
 		}
-		// A member, or a chain's member its master dropped by failure
+		// A member; a chain's member its master dropped by failure
 		// (kv.MapGroup.Dropped): the chain repaired around it within
 		// --fail-after, long before --repair-after, and runs one short
-		// until its place is re-created (PlanReplacePlaced plans it).
+		// until its place is re-created; or a node a chain wants in
+		// (Joining) that died before it was linked in: the master keeps
+		// the chain one longer for it and a replace's leaving member
+		// waits for it, until the repair withdraws the join and places
+		// another (PlanReplacePlaced plans each).
 		if !slices.ContainsFunc(groups, func(g kv.MapGroup) bool {
-			return slices.Contains(g.Members, id) || g.IsChain() && slices.Contains(g.Dropped, id)
+			return slices.Contains(g.Members, id) || g.IsChain() && (slices.Contains(g.Dropped, id) || slices.Contains(g.Joining, id))
 		}) {
 			continue
 		}

@@ -340,6 +340,86 @@ func TestRepairWatch(t *testing.T) {
 	if err := checkRepairDroppedChainMember(); err != nil {
 		t.Fatal(err)
 	}
+	if err := checkRepairDeadChainJoiner(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkRepairDeadChainJoiner: a node a chain wants in (the map's Joining)
+// that died before it was linked in, and is in no other group, is due once
+// silent for --repair-after — a growth's (chain [2 3], joining 5) and a
+// replace's (chain [2 3 4] replacing 4 by 5: 4 waits in Leaving for 5's
+// join, for ever). The repair withdraws the join (5 leaves: the map's
+// Joining loses it, Leaving keeps it out) and places a live node outside
+// the chain in its stead; with that wish recorded, the map names 5 joining
+// no more, the chain waits for the new node, and a rerun plans the same
+// wish (a no-op, then the wait).
+func checkRepairDeadChainJoiner() error {
+	const after = time.Second
+	t0 := time.Unix(1000, 0)
+	for _, replace := range []bool{false, true} {
+		chainG := kv.MapGroup{ID: 2, Members: []uint64{2, 3}, Joining: []uint64{5}, Engine: kv.EngineChain}
+		if replace {
+			chainG.Members, chainG.Leaving = []uint64{2, 3, 4}, []uint64{4}
+		}
+		cm := repairMap(kv.MapGroup{ID: 1, Members: []uint64{1, 2, 3}, Slots: []kv.SlotRange{{Start: 0, End: kv.NumSlots - 1}}}, chainG)
+		for _, id := range []uint64{4, 5, 6} {
+			if !slices.ContainsFunc(cm.Nodes, func(n kv.MapNode) bool { return n.ID == id }) {
+				cm.Nodes = append(cm.Nodes, kv.MapNode{ID: id, ClientAddr: "c", PeerAddr: "p"})
+			}
+		}
+		var w RepairWatch
+		probe(&w, t0, cm, 5)
+		d, ok, stuck := w.Due(t0.Add(after), cm, after)
+		if !ok || d.Node != 5 {
+			return fmt.Errorf("replace %v: node 5, a dead joiner of chain group 2, not due: %+v %v (stuck %+v)", replace, d, ok, stuck)
+		}
+		if len(d.Plan) != 1 || d.Plan[0].Group != 2 || !d.Plan[0].Chain || len(d.Plan[0].Join) != 1 ||
+			slices.Contains(slices.Concat(chainG.Members, chainG.Joining), d.Plan[0].Join[0]) || !slices.Equal(d.Plan[0].Leave, []uint64{5}) {
+			return fmt.Errorf("replace %v: node 5's plan %+v, want chain group 2 joining a live node outside it and leaving 5", replace, d.Plan)
+		}
+		ch := d.Plan[0]
+		wish := kv.MapChainWant{Group: 2, Epoch: cm.Epoch, Join: ch.Join, Leave: ch.Leave}
+		next, err := applyChainWant(cm, wish)
+		if err != nil {
+			return fmt.Errorf("replace %v: the repair's wish %+v: %v", replace, wish, err)
+		}
+		g, _ := next.Group(2)
+		if slices.Contains(g.Joining, 5) || !slices.Equal(g.Joining, ch.Join) || !slices.Contains(g.Leaving, 5) {
+			return fmt.Errorf("replace %v: after the repair's wish the chain joins %v and leaves %v: want joining %v, 5 kept out", replace, g.Joining, g.Leaving, ch.Join)
+		}
+		if ChainChangeDone(next, ch) {
+			return fmt.Errorf("replace %v: the repair is done before its node joined: %+v", replace, g)
+		}
+		again, err := PlanReplacePlaced(next, 5, func(id uint64) bool { return id != 5 })
+		if err != nil || len(again) != 1 || !slices.Equal(again[0].Join, ch.Join) || !slices.Equal(again[0].Leave, ch.Leave) {
+			return fmt.Errorf("replace %v: a rerun plans %+v (%v), want the same wish %+v", replace, again, err, ch)
+		}
+	}
+	return nil
+}
+
+// applyChainWant is w applied to cm, as the metadata group applies
+// KindMapChainWant: the map that results.
+func applyChainWant(cm *kv.ClusterMap, w kv.MapChainWant) (*kv.ClusterMap, error) {
+	cur := kv.AppendClusterMap(nil, cm)
+	get := func(key []byte) ([]byte, []byte, uint64, bool, error) {
+		if string(key) == string(kv.ClusterMapKey) {
+			return cur, nil, 1, true, nil
+		}
+		return nil, nil, 0, false, nil
+	}
+	var out *kv.ClusterMap
+	op := kv.Op{Kind: kv.KindMapChainWant, Key: kv.AppendMapChainWant(nil, w)}
+	_, err := kv.Apply(get, 2, &op, 0, func(key, value, _ []byte, _ bool) {
+		if string(key) == string(kv.ClusterMapKey) {
+			out, _ = kv.DecodeClusterMap(value)
+		}
+	})
+	if err == nil && out == nil {
+		err = fmt.Errorf("the wish changed nothing")
+	}
+	return out, err
 }
 
 // checkRepairDroppedChainMember: a dead node its chain's master already

@@ -69,9 +69,9 @@ import (
 //	                  With Cond MapNodeRemove, the node is taken out of
 //	                  the map instead (kefir cluster remove-node of a node
 //	                  that hosts nothing): refused while a group has it as
-//	                  a member, joining or leaving chain member, or it is a
-//	                  member of the metadata group; a node the map does
-//	                  not have is a no-op. The metadata group's members
+//	                  a member or joining chain member, or it is a member
+//	                  of the metadata group; a chain's Leaving and Dropped
+//	                  lose it; a node the map does not have is a no-op. The metadata group's members
 //	                  are fixed in the map (Meta) first, so that taking a
 //	                  node out never moves DefaultMetaMembers' choice.
 //	KindMapSetMembers Key: a group's members (AppendMapMembers: group, VR
@@ -167,11 +167,15 @@ func DefaultMetaMembers(nodes []uint64) []uint64 {
 
 // NodeGroups is what keeps node id in the map (removeNode refuses to take
 // it out while any is so): the data groups that have it as a member, or
-// joining or leaving, in map order, and whether it is a member of the
-// metadata group.
+// joining (a chain's), in map order, and whether it is a member of the
+// metadata group. A chain that lists it only as leaving — out of the
+// chain's record already, kept listed so that its master refuses it —
+// does not keep it: once the node leaves the map, the master refuses it
+// as no node of the map (removeNode, and docs/design/chain.md, "A node
+// that left a chain leaves the map").
 func (m *ClusterMap) NodeGroups(id uint64) (groups []uint64, meta bool) {
 	for _, g := range m.Groups {
-		if slices.Contains(g.Members, id) || slices.Contains(g.Joining, id) || slices.Contains(g.Leaving, id) {
+		if slices.Contains(g.Members, id) || slices.Contains(g.Joining, id) {
 			groups = append(groups, g.ID)
 		}
 	}
@@ -223,7 +227,9 @@ type MapGroup struct {
 	// fails once no node is left to join and never joins again — kept
 	// after they left, so that a leaving node's member that comes back
 	// (its heartbeats say it is no replica) is refused and retires, not
-	// joined, whichever metadata node's master acts.
+	// joined, whichever metadata node's master acts — until the node
+	// leaves the map (removeNode), after which the master refuses it as
+	// no node of the map.
 	Joining []uint64 `json:",omitempty"`
 	Leaving []uint64 `json:",omitempty"`
 	// Dropped are the members a chain group's master failed that the map
@@ -636,8 +642,15 @@ func removeNode(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	n.Nodes = slices.Delete(slices.Clone(m.Nodes), i, i+1)
 	for j := range n.Groups {
 		// A chain's place it left by failure is no longer its: the
-		// operator took the node out of the cluster.
+		// operator took the node out of the cluster. Nor is a chain's
+		// Leaving entry (the node is out of the chain's record: NodeGroups):
+		// what kept a returning member of it out of the chain — its
+		// master refuses a node the map's Leaving names — is from now on
+		// that it is no node of the map, which the master refuses as well
+		// (chainmaster: a map's view names the map's nodes), read from
+		// the same map version as Leaving, so no master sees neither.
 		n.Groups[j].Dropped = dropIDs(n.Groups[j].Dropped, []uint64{nd.ID})
+		n.Groups[j].Leaving = dropIDs(n.Groups[j].Leaving, []uint64{nd.ID})
 	}
 	// As with an added node: the epoch moves so that pollers learn it,
 	// unless a move is in flight (its epoch is above the map's).

@@ -991,4 +991,31 @@ func TestClusterMapRemoveNode(t *testing.T) {
 	if _, err := remove(6); !errors.Is(err, ErrSlotTransition) || !strings.Contains(err.Error(), "is in group 4") {
 		t.Fatalf("a node a chain group is joining removed: %v", err)
 	}
+	// Node 6 joined (the record has it), then the map wants it out: while
+	// the record still has it (its master drains it), refused; once the
+	// record no longer has it — only the chain's Leaving lists it — it
+	// leaves the map, and Leaving with it (its master refuses it from then
+	// on as no node of the map).
+	if _, err := apply(chainOp(KindMapChainSet, ChainConfig{Group: 4, Epoch: 1, Members: []uint64{1, 2, 6, 3}}, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(&Op{Kind: KindMapChainWant, Key: AppendMapChainWant(nil, MapChainWant{Group: 4, Epoch: readMap(t, m).Epoch, Leave: []uint64{6}})}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remove(6); !errors.Is(err, ErrSlotTransition) || !strings.Contains(err.Error(), "is in group 4") {
+		t.Fatalf("a chain member the map wants out removed while the chain still has it: %v", err)
+	}
+	if _, err := apply(chainOp(KindMapChainSet, ChainConfig{Group: 4, Epoch: 2, Members: []uint64{1, 2, 3}}, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := readMap(t, m).Group(4); !slices.Equal(g.Leaving, []uint64{6}) || len(g.Dropped) > 0 {
+		t.Fatalf("chain 4 after node 6 left: %+v", g)
+	}
+	if _, err := remove(6); err != nil {
+		t.Fatalf("a node only a chain's Leaving lists not removed: %v", err)
+	}
+	after = readMap(t, m)
+	if g, _ := after.Group(4); slices.Contains(after.NodeIDs(), 6) || len(g.Leaving) > 0 || after.Check() != nil {
+		t.Fatalf("after removing node 6: nodes %v, chain 4 %+v, check %v", after.NodeIDs(), g, after.Check())
+	}
 }

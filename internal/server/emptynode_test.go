@@ -279,6 +279,36 @@ func TestLeavesMapOnlyHostingNothing(t *testing.T) {
 	}
 }
 
+// A chain member retires once its chain is done with it (leftChain): the
+// record no longer has it, and the map wants it out (Leaving) or no longer
+// has its node — remove-node took the node out after it left the chain,
+// and the map's Leaving entry went with it (kv's removeNode), so without
+// the second way a member still open then (its node down or slow during
+// the change) never retired, and its node, hosting it, never left.
+func TestLeftChain(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		g        kv.MapGroup
+		outOfMap bool
+		want     bool
+	}{
+		{"leaving, out of the record", kv.MapGroup{Members: []uint64{1, 3}, Leaving: []uint64{4}}, false, true},
+		{"leaving, still a member (draining)", kv.MapGroup{Members: []uint64{1, 4, 3}, Leaving: []uint64{4}}, false, false},
+		{"out of the map and the record", kv.MapGroup{Members: []uint64{1, 3}}, true, true},
+		{"out of the map, still a member", kv.MapGroup{Members: []uint64{1, 4, 3}}, true, false},
+		{"out of the map, joining", kv.MapGroup{Members: []uint64{1, 3}, Joining: []uint64{4}}, true, false},
+		{"in the map, out of the record (dropped: may rejoin)", kv.MapGroup{Members: []uint64{1, 3}, Dropped: []uint64{4}}, false, false},
+	} {
+		c.g.Engine = kv.EngineChain
+		if got := leftChain(&c.g, 4, c.outOfMap); got != c.want {
+			t.Errorf("%s: node 4 left the chain %v, want %v", c.name, got, c.want)
+		}
+	}
+	if leftChain(&kv.MapGroup{Members: []uint64{1, 3}}, 4, true) {
+		t.Error("a VR group's replica retired as a chain member")
+	}
+}
+
 // A node joining a cluster of groups records the epoch of the map that
 // named it in its joinFile, and a restart reads it back: leftMap's floor
 // survives the restart.

@@ -204,11 +204,15 @@ func (s *Server) syncGroups(ctx context.Context) bool {
 			}
 		}
 	}
-	// A chain member that the map removes (Leaving) and the chain's record
-	// no longer names: out of the chain for good (its master never joins
-	// it again), so it retires, as a VR replica its group left.
+	// A chain member that the map removes (Leaving), or whose node the
+	// map no longer has (remove-node took the node out after it left the
+	// chain, and Leaving with it: leftMap), and that the chain's record no
+	// longer names: out of the chain for good (its master never joins it
+	// again), so it retires, as a VR replica its group left — and then the
+	// node, if that was all it hosted (leavesMap).
+	outOfMap := leftMap(cm, s.cfg.ReplicaID, &gs.namedAt)
 	for _, lg := range s.multi.Hosted() {
-		if g, ok := cm.Group(uint64(lg.Spec.ID)); ok && leftChain(g, s.cfg.ReplicaID) {
+		if g, ok := cm.Group(uint64(lg.Spec.ID)); ok && leftChain(g, s.cfg.ReplicaID, outOfMap) {
 			if s.retireChainMember(lg, g) {
 				return true
 			}
@@ -946,10 +950,12 @@ func joiningChain(g *kv.MapGroup, id uint64) bool {
 }
 
 // leftChain reports whether map entry g is a chain that node id left as
-// the map wants: removed (Leaving), and no longer a member of the chain's
-// record, which the map's members follow.
-func leftChain(g *kv.MapGroup, id uint64) bool {
-	return g.IsChain() && slices.Contains(g.Leaving, id) && !slices.Contains(g.Members, id) && !slices.Contains(g.Joining, id)
+// the map wants: removed (Leaving) or, outOfMap, taken out of the map
+// with its Leaving entry (leftMap: the map's epoch is above every map
+// seen naming the node), and no longer a member of the chain's record,
+// which the map's members follow.
+func leftChain(g *kv.MapGroup, id uint64, outOfMap bool) bool {
+	return g.IsChain() && (slices.Contains(g.Leaving, id) || outOfMap) && !slices.Contains(g.Members, id) && !slices.Contains(g.Joining, id)
 }
 
 // joinChain starts this node's member of chain group id, which the map

@@ -59,27 +59,28 @@ func readChainRecord(db *storage.DB, group uint64) (*kv.ChainConfig, error) {
 }
 
 // Wants is chain group's wanted change as the cluster map records it
-// (kv.MapGroup's Joining and Leaving, KindMapChainWant), read from the
-// engine as the record is, right after a leadership read (the master reads
-// it then): none when the metadata group holds no map (a lone chain's) or
-// the map has no such chain.
-func (m chainMeta) Wants(group uint64) (joining, leaving []uint64, err error) {
+// (kv.MapGroup's Joining and Leaving, KindMapChainWant), the places its
+// failures left (Dropped) and the map's nodes, read from the engine as the record is, right
+// after a leadership read (the master reads it then): none, not Mapped,
+// when the metadata group holds no map (a lone chain's) or the map has no
+// such chain.
+func (m chainMeta) Wants(group uint64) (chainmaster.Want, error) {
 	v, err := m.r.Engine().Get(kv.ClusterMapKey)
 	if errors.Is(err, storage.ErrNotFound) {
-		return nil, nil, nil
+		return chainmaster.Want{}, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("the cluster map: %w", err)
+		return chainmaster.Want{}, fmt.Errorf("the cluster map: %w", err)
 	}
 	cm, err := kv.DecodeClusterMap(v.Data)
 	if err != nil {
-		return nil, nil, fmt.Errorf("the cluster map at version %d: %w", v.Version, err)
+		return chainmaster.Want{}, fmt.Errorf("the cluster map at version %d: %w", v.Version, err)
 	}
 	g, ok := cm.Group(group)
 	if !ok || !g.IsChain() {
-		return nil, nil, nil
+		return chainmaster.Want{}, nil
 	}
-	return g.Joining, g.Leaving, nil
+	return chainmaster.Want{Joining: g.Joining, Leaving: g.Leaving, Dropped: g.Dropped, Nodes: cm.NodeIDs(), Mapped: true}, nil
 }
 
 var _ chainmaster.MetaWants = chainMeta{}
