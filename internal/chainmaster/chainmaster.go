@@ -674,7 +674,7 @@ func (x *Master) step(msgs []chain.Msg) {
 			}
 			continue
 		}
-		if x.mapped && len(x.mapNodes) > 0 && !slices.Contains(x.mapNodes, from) && !(mutation.On && x.cfg.mut.joinUnmapped) {
+		if x.unmapped(from) && !(mutation.On && x.cfg.mut.joinUnmapped) {
 			// Not a node of the cluster map: taken out of it (kefir
 			// cluster remove-node) after it left the chain — the map's
 			// Leaving, which kept it out, went with it — and back on its
@@ -1418,15 +1418,29 @@ func (x *Master) followWant(now time.Time) {
 // — one that failed before this master took over may hold the last
 // acknowledged writes — and every member (a node a wanted change joined is
 // one), but no node the map removes: it left a whole chain behind
-// (followWant).
+// (followWant) — nor one the map no longer has, which left a chain (and
+// then the map, its Leaving entry with it: kv's removeNode) or was
+// dropped by failure and taken out of the cluster. The configured members
+// are the map's when this master started, and may name such a node: kept,
+// a whole-chain restart waited for a node taken out of the cluster (its
+// machine perhaps wiped) for ever, and took a report of its old directory
+// as a candidate's.
 func (x *Master) restartNodes(members []chain.NodeID) []chain.NodeID {
 	var nodes []chain.NodeID
 	for _, id := range slices.Concat(x.cfg.Members, chainIDs(members)) {
-		if !slices.Contains(nodes, chain.NodeID(id)) && !slices.Contains(x.leaving, id) {
+		if !slices.Contains(nodes, chain.NodeID(id)) && !slices.Contains(x.leaving, id) && !x.unmapped(id) {
 			nodes = append(nodes, chain.NodeID(id))
 		}
 	}
 	return nodes
+}
+
+// unmapped reports whether node id is not a node of the cluster map, as of
+// the last leadership read: never without the map's view of the chain, or
+// for a map without a node list (an older build's), which knows its nodes
+// by their groups only.
+func (x *Master) unmapped(id uint64) bool {
+	return x.mapped && len(x.mapNodes) > 0 && !slices.Contains(x.mapNodes, id)
 }
 
 // stallGrace keeps a stall of the master's own process out of its members'

@@ -716,3 +716,37 @@ func TestHostedMasterAdoptedRecordKeepsTheLength(t *testing.T) {
 		t.Fatalf("the chain's length after the takeover is %d, want 3 (members [1 3], 2 dropped)", l)
 	}
 }
+
+// TestHostedMasterRestartWaitsForNoNodeOutOfTheMap: node 2 left the chain
+// [1 2 3] as the map wanted and then the map (remove-node: the map's
+// Leaving lost it with it), while this master — started when 2 was a
+// member, so its configured members name it — was not acting. It takes
+// over; then every member fails (a power cut). The whole-chain restart
+// waits for the members and nodes that may hold the chain's history: not
+// for node 2, which left the chain before the change that left it out and
+// is gone from the cluster (its machine may be wiped): once 1 and 3 report
+// the chain restarts. Keeping node 2 among the candidates (restartNodes
+// filtered by the map's Leaving only, which no longer names it) made the
+// restart wait for it for ever, and would take a report of its old
+// directory as a candidate's.
+func TestHostedMasterRestartWaitsForNoNodeOutOfTheMap(t *testing.T) {
+	meta := &wantMeta{fakeMeta: &fakeMeta{rec: &kv.ChainConfig{Epoch: 2, Members: []uint64{1, 3}}}, nodes: []uint64{1, 3}}
+	w := newWantRun(t, meta, nil) // configured members [1 2 3]
+	x := w.x
+	w.takeOver(t)
+	x.m.Fail(1)
+	x.m.Fail(3)
+	if !x.m.Down() {
+		t.Fatalf("the chain is not down: members %v", x.m.Members())
+	}
+	if a := x.m.Awaited(); slices.Contains(a, 2) {
+		t.Fatalf("the whole-chain restart waits for node 2, out of the map: awaited %v", a)
+	}
+	w.sent = w.sent[:0]
+	for i, id := range []chain.NodeID{1, 3} {
+		x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: uint64(i + 1), Refused: true, LU: 7, LA: 7}})
+	}
+	if !w.has(chain.MsgRestart, 0) {
+		t.Fatalf("the chain did not restart once 1 and 3 reported: awaited %v, sent %+v", x.m.Awaited(), w.sent)
+	}
+}
