@@ -1343,11 +1343,17 @@ func (x *Master) followWant(now time.Time) {
 	if x.m.Down() {
 		return
 	}
-	if j := uint64(x.m.Joiner()); j != 0 && slices.Contains(x.leaving, j) {
+	if j := uint64(x.m.Joiner()); j != 0 && x.m.JoinerPrecopying() && slices.Contains(x.leaving, j) {
 		// The map withdrew the join (a repair of a joiner dead for
 		// --repair-after, or a wish naming it to leave): it is given up
 		// now, not after the joiner's silence, and never joined again
-		// while the map's Leaving names it (step).
+		// while the map's Leaving names it (step). Only in its pre-copy,
+		// out of the chain: once its FLUSH went out it is a member of
+		// the committed chain, granted leases, and serves reads under
+		// them once the FLUSH came round to it — failed now, it would
+		// serve them from a history the chain's writes no longer reach.
+		// It is then failed for silence (FailAfter, past its lease) or,
+		// its flush done, drained as any leaving member.
 		x.cfg.Logger.Warn("chain master: the cluster map gave up the join: joiner failed", "node", j)
 		x.m.Fail(chain.NodeID(j))
 		delete(x.heard, j)

@@ -750,3 +750,62 @@ func TestHostedMasterRestartWaitsForNoNodeOutOfTheMap(t *testing.T) {
 		t.Fatalf("the chain did not restart once 1 and 3 reported: awaited %v, sent %+v", x.m.Awaited(), w.sent)
 	}
 }
+
+// TestHostedMasterWithdrawnJoinerInItsFlushKeepsItsLease: a growth's
+// joiner (node 4 of [1 2 3]) that the map withdraws (a repair, or
+// replace-node --old 4, wanting node 5 in its stead) after its FLUSH went
+// out is a member of the committed chain, granted leases on its
+// heartbeats — it serves CRAQ reads of clean keys under them once the
+// FLUSH came round to it. It is not failed while its last lease runs: a
+// member failed under a lease serves linearizable reads from a history the
+// chain's writes no longer reach. Only a pre-copying joiner, never in the
+// chain, is given up at once; one in its flush is failed for silence
+// (FailAfter, past its lease), or drained as any leaving member once its
+// flush is done.
+func TestHostedMasterWithdrawnJoinerInItsFlushKeepsItsLease(t *testing.T) {
+	const hb, lease = wantHB, wantLease
+	meta := &wantMeta{fakeMeta: &fakeMeta{}}
+	w := newWantRun(t, meta, nil)
+	x := w.x
+	d := w.takeOver(t)
+	meta.joining = []uint64{4}
+	d += hb
+	w.tick(d)
+	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 4, To: 9, Seq: 1, Refused: true}})
+	x.step([]chain.Msg{{Type: chain.MsgPrecopyDone, From: 4, To: 9}})
+	if x.m.Joiner() != 4 || x.m.JoinerPrecopying() || !slices.Contains(meta.rec.Members, 4) {
+		t.Fatalf("node 4 not in its flush: joiner %d, record %+v", x.m.Joiner(), meta.rec)
+	}
+	// Its FLUSH came round: it is active, and its heartbeat is answered
+	// with a lease.
+	w.sent = w.sent[:0]
+	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 4, To: 9, Seq: 2}})
+	if !slices.ContainsFunc(w.sent, func(m chain.Msg) bool {
+		return m.Type == chain.MsgHeartbeat && m.To == 4 && slices.Contains(m.Members, 4)
+	}) {
+		t.Fatalf("node 4, in its flush, not granted a lease: %+v", w.sent)
+	}
+	leased := d
+	meta.joining, meta.leaving = []uint64{5}, []uint64{4}
+	for ; d < leased+lease; d += hb {
+		w.tick(d)
+		if !slices.Contains(x.m.Members(), 4) || !slices.Contains(meta.rec.Members, 4) {
+			t.Fatalf("node 4 failed %v after its last lease was granted (lease %v): members %v, record %+v",
+				d-leased, lease, x.m.Members(), meta.rec)
+		}
+	}
+	// Its flush done, it is a leaving member: node 5 joins first, then
+	// node 4 is drained and failed, and the chain is four long.
+	x.step([]chain.Msg{{Type: chain.MsgFlushAck, From: 4, To: 9}})
+	w.tick(d)
+	w.join(t, meta, 5, 1, []uint64{1, 2, 4, 5, 3})
+	meta.joining = nil // the map follows the record
+	for end := d + 2*lease; d < end && slices.Contains(meta.rec.Members, 4); d += hb {
+		w.tick(d)
+	}
+	x.step([]chain.Msg{{Type: chain.MsgCRMidDone, From: 2, To: 9, Epoch: meta.rec.Epoch}})
+	w.tick(d)
+	if !slices.Equal(meta.rec.Members, []uint64{1, 2, 5, 3}) || x.wanting || x.m.Length() != 4 {
+		t.Fatalf("after node 4 left: record %+v, wanting %v, length %d, want [1 2 5 3] at length 4", meta.rec, x.wanting, x.m.Length())
+	}
+}
