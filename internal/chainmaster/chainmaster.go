@@ -1343,11 +1343,14 @@ func (x *Master) followWant(now time.Time) {
 	if x.m.Down() {
 		return
 	}
-	if j := uint64(x.m.Joiner()); j != 0 && x.m.JoinerPrecopying() && slices.Contains(x.leaving, j) {
+	if j := uint64(x.m.Joiner()); j != 0 && x.m.JoinerPrecopying() && (slices.Contains(x.leaving, j) || x.unmapped(j)) {
 		// The map withdrew the join (a repair of a joiner dead for
-		// --repair-after, or a wish naming it to leave): it is given up
-		// now, not after the joiner's silence, and never joined again
-		// while the map's Leaving names it (step). Only in its pre-copy,
+		// --repair-after, or a wish naming it to leave), or no longer
+		// has the node (remove-node of a dropped member that restarted
+		// meanwhile: linked in, a chain member the map lacks, which the
+		// map would not follow): it is given up now, not after the
+		// joiner's silence, and never joined again while the map's
+		// Leaving names it or lacks it (step). Only in its pre-copy,
 		// out of the chain: once its FLUSH went out it is a member of
 		// the committed chain, granted leases, and serves reads under
 		// them once the FLUSH came round to it — failed now, it would

@@ -809,3 +809,34 @@ func TestHostedMasterWithdrawnJoinerInItsFlushKeepsItsLease(t *testing.T) {
 		t.Fatalf("after node 4 left: record %+v, wanting %v, length %d, want [1 2 5 3] at length 4", meta.rec, x.wanting, x.m.Length())
 	}
 }
+
+// TestHostedMasterGivesUpAJoinerOutOfTheMap: node 2, dropped from the
+// chain [1 2 3] by failure (the map [1 3], 2 dropped), restarts and asks
+// to join; while it pre-copies, kefir cluster remove-node takes it out of
+// the map (a node in no group: the map's Dropped loses it with it). The
+// master gives the join up at its next tick, as a join the map withdrew,
+// rather than link into the chain a node the map does not have — the map
+// would stop following the chain's record (kv's followChain keeps what it
+// had), and the node, out of the map and its member not in the map's
+// chain, would retire that member from under the chain.
+func TestHostedMasterGivesUpAJoinerOutOfTheMap(t *testing.T) {
+	meta := &wantMeta{fakeMeta: &fakeMeta{rec: &kv.ChainConfig{Epoch: 2, Members: []uint64{1, 3}}},
+		dropped: []uint64{2}, nodes: []uint64{1, 2, 3}}
+	w := newWantRun(t, meta, nil)
+	x := w.x
+	d := w.takeOver(t)
+	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 2, To: 9, Seq: 1, Refused: true}})
+	if x.m.Joiner() != 2 || !x.m.JoinerPrecopying() {
+		t.Fatalf("node 2 not pre-copying: joiner %d", x.m.Joiner())
+	}
+	meta.dropped, meta.nodes = nil, []uint64{1, 3} // remove-node 2
+	d += wantHB
+	w.tick(d)
+	if x.m.Joiner() == 2 {
+		t.Fatal("the master still joins node 2, which the map no longer has")
+	}
+	x.step([]chain.Msg{{Type: chain.MsgPrecopyDone, From: 2, To: 9}})
+	if slices.Contains(meta.rec.Members, 2) {
+		t.Fatalf("node 2, out of the map, linked in: record %+v", meta.rec)
+	}
+}
