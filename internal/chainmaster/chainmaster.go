@@ -674,7 +674,7 @@ func (x *Master) step(msgs []chain.Msg) {
 			}
 			continue
 		}
-		if x.mapped && len(x.mapNodes) > 0 && !slices.Contains(x.mapNodes, from) && !(mutation.On && x.cfg.mut.joinUnmapped) {
+		if x.unmapped(from) && !(mutation.On && x.cfg.mut.joinUnmapped) {
 			// Not a node of the cluster map: taken out of it (kefir
 			// cluster remove-node) after it left the chain — the map's
 			// Leaving, which kept it out, went with it — and back on its
@@ -1343,11 +1343,20 @@ func (x *Master) followWant(now time.Time) {
 	if x.m.Down() {
 		return
 	}
-	if j := uint64(x.m.Joiner()); j != 0 && slices.Contains(x.leaving, j) {
+	if j := uint64(x.m.Joiner()); j != 0 && x.m.JoinerPrecopying() && (slices.Contains(x.leaving, j) || x.unmapped(j)) {
 		// The map withdrew the join (a repair of a joiner dead for
-		// --repair-after, or a wish naming it to leave): it is given up
-		// now, not after the joiner's silence, and never joined again
-		// while the map's Leaving names it (step).
+		// --repair-after, or a wish naming it to leave), or no longer
+		// has the node (remove-node of a dropped member that restarted
+		// meanwhile: linked in, a chain member the map lacks, which the
+		// map would not follow): it is given up now, not after the
+		// joiner's silence, and never joined again while the map's
+		// Leaving names it or lacks it (step). Only in its pre-copy,
+		// out of the chain: once its FLUSH went out it is a member of
+		// the committed chain, granted leases, and serves reads under
+		// them once the FLUSH came round to it — failed now, it would
+		// serve them from a history the chain's writes no longer reach.
+		// It is then failed for silence (FailAfter, past its lease) or,
+		// its flush done, drained as any leaving member.
 		x.cfg.Logger.Warn("chain master: the cluster map gave up the join: joiner failed", "node", j)
 		x.m.Fail(chain.NodeID(j))
 		delete(x.heard, j)
@@ -1418,15 +1427,29 @@ func (x *Master) followWant(now time.Time) {
 // — one that failed before this master took over may hold the last
 // acknowledged writes — and every member (a node a wanted change joined is
 // one), but no node the map removes: it left a whole chain behind
-// (followWant).
+// (followWant) — nor one the map no longer has, which left a chain (and
+// then the map, its Leaving entry with it: kv's removeNode) or was
+// dropped by failure and taken out of the cluster. The configured members
+// are the map's when this master started, and may name such a node: kept,
+// a whole-chain restart waited for a node taken out of the cluster (its
+// machine perhaps wiped) for ever, and took a report of its old directory
+// as a candidate's.
 func (x *Master) restartNodes(members []chain.NodeID) []chain.NodeID {
 	var nodes []chain.NodeID
 	for _, id := range slices.Concat(x.cfg.Members, chainIDs(members)) {
-		if !slices.Contains(nodes, chain.NodeID(id)) && !slices.Contains(x.leaving, id) {
+		if !slices.Contains(nodes, chain.NodeID(id)) && !slices.Contains(x.leaving, id) && !x.unmapped(id) {
 			nodes = append(nodes, chain.NodeID(id))
 		}
 	}
 	return nodes
+}
+
+// unmapped reports whether node id is not a node of the cluster map, as of
+// the last leadership read: never without the map's view of the chain, or
+// for a map without a node list (an older build's), which knows its nodes
+// by their groups only.
+func (x *Master) unmapped(id uint64) bool {
+	return x.mapped && len(x.mapNodes) > 0 && !slices.Contains(x.mapNodes, id)
 }
 
 // stallGrace keeps a stall of the master's own process out of its members'

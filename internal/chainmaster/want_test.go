@@ -716,3 +716,127 @@ func TestHostedMasterAdoptedRecordKeepsTheLength(t *testing.T) {
 		t.Fatalf("the chain's length after the takeover is %d, want 3 (members [1 3], 2 dropped)", l)
 	}
 }
+
+// TestHostedMasterRestartWaitsForNoNodeOutOfTheMap: node 2 left the chain
+// [1 2 3] as the map wanted and then the map (remove-node: the map's
+// Leaving lost it with it), while this master — started when 2 was a
+// member, so its configured members name it — was not acting. It takes
+// over; then every member fails (a power cut). The whole-chain restart
+// waits for the members and nodes that may hold the chain's history: not
+// for node 2, which left the chain before the change that left it out and
+// is gone from the cluster (its machine may be wiped): once 1 and 3 report
+// the chain restarts. Keeping node 2 among the candidates (restartNodes
+// filtered by the map's Leaving only, which no longer names it) made the
+// restart wait for it for ever, and would take a report of its old
+// directory as a candidate's.
+func TestHostedMasterRestartWaitsForNoNodeOutOfTheMap(t *testing.T) {
+	meta := &wantMeta{fakeMeta: &fakeMeta{rec: &kv.ChainConfig{Epoch: 2, Members: []uint64{1, 3}}}, nodes: []uint64{1, 3}}
+	w := newWantRun(t, meta, nil) // configured members [1 2 3]
+	x := w.x
+	w.takeOver(t)
+	x.m.Fail(1)
+	x.m.Fail(3)
+	if !x.m.Down() {
+		t.Fatalf("the chain is not down: members %v", x.m.Members())
+	}
+	if a := x.m.Awaited(); slices.Contains(a, 2) {
+		t.Fatalf("the whole-chain restart waits for node 2, out of the map: awaited %v", a)
+	}
+	w.sent = w.sent[:0]
+	for i, id := range []chain.NodeID{1, 3} {
+		x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: uint64(i + 1), Refused: true, LU: 7, LA: 7}})
+	}
+	if !w.has(chain.MsgRestart, 0) {
+		t.Fatalf("the chain did not restart once 1 and 3 reported: awaited %v, sent %+v", x.m.Awaited(), w.sent)
+	}
+}
+
+// TestHostedMasterWithdrawnJoinerInItsFlushKeepsItsLease: a growth's
+// joiner (node 4 of [1 2 3]) that the map withdraws (a repair, or
+// replace-node --old 4, wanting node 5 in its stead) after its FLUSH went
+// out is a member of the committed chain, granted leases on its
+// heartbeats — it serves CRAQ reads of clean keys under them once the
+// FLUSH came round to it. It is not failed while its last lease runs: a
+// member failed under a lease serves linearizable reads from a history the
+// chain's writes no longer reach. Only a pre-copying joiner, never in the
+// chain, is given up at once; one in its flush is failed for silence
+// (FailAfter, past its lease), or drained as any leaving member once its
+// flush is done.
+func TestHostedMasterWithdrawnJoinerInItsFlushKeepsItsLease(t *testing.T) {
+	const hb, lease = wantHB, wantLease
+	meta := &wantMeta{fakeMeta: &fakeMeta{}}
+	w := newWantRun(t, meta, nil)
+	x := w.x
+	d := w.takeOver(t)
+	meta.joining = []uint64{4}
+	d += hb
+	w.tick(d)
+	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 4, To: 9, Seq: 1, Refused: true}})
+	x.step([]chain.Msg{{Type: chain.MsgPrecopyDone, From: 4, To: 9}})
+	if x.m.Joiner() != 4 || x.m.JoinerPrecopying() || !slices.Contains(meta.rec.Members, 4) {
+		t.Fatalf("node 4 not in its flush: joiner %d, record %+v", x.m.Joiner(), meta.rec)
+	}
+	// Its FLUSH came round: it is active, and its heartbeat is answered
+	// with a lease.
+	w.sent = w.sent[:0]
+	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 4, To: 9, Seq: 2}})
+	if !slices.ContainsFunc(w.sent, func(m chain.Msg) bool {
+		return m.Type == chain.MsgHeartbeat && m.To == 4 && slices.Contains(m.Members, 4)
+	}) {
+		t.Fatalf("node 4, in its flush, not granted a lease: %+v", w.sent)
+	}
+	leased := d
+	meta.joining, meta.leaving = []uint64{5}, []uint64{4}
+	for ; d < leased+lease; d += hb {
+		w.tick(d)
+		if !slices.Contains(x.m.Members(), 4) || !slices.Contains(meta.rec.Members, 4) {
+			t.Fatalf("node 4 failed %v after its last lease was granted (lease %v): members %v, record %+v",
+				d-leased, lease, x.m.Members(), meta.rec)
+		}
+	}
+	// Its flush done, it is a leaving member: node 5 joins first, then
+	// node 4 is drained and failed, and the chain is four long.
+	x.step([]chain.Msg{{Type: chain.MsgFlushAck, From: 4, To: 9}})
+	w.tick(d)
+	w.join(t, meta, 5, 1, []uint64{1, 2, 4, 5, 3})
+	meta.joining = nil // the map follows the record
+	for end := d + 2*lease; d < end && slices.Contains(meta.rec.Members, 4); d += hb {
+		w.tick(d)
+	}
+	x.step([]chain.Msg{{Type: chain.MsgCRMidDone, From: 2, To: 9, Epoch: meta.rec.Epoch}})
+	w.tick(d)
+	if !slices.Equal(meta.rec.Members, []uint64{1, 2, 5, 3}) || x.wanting || x.m.Length() != 4 {
+		t.Fatalf("after node 4 left: record %+v, wanting %v, length %d, want [1 2 5 3] at length 4", meta.rec, x.wanting, x.m.Length())
+	}
+}
+
+// TestHostedMasterGivesUpAJoinerOutOfTheMap: node 2, dropped from the
+// chain [1 2 3] by failure (the map [1 3], 2 dropped), restarts and asks
+// to join; while it pre-copies, kefir cluster remove-node takes it out of
+// the map (a node in no group: the map's Dropped loses it with it). The
+// master gives the join up at its next tick, as a join the map withdrew,
+// rather than link into the chain a node the map does not have — the map
+// would stop following the chain's record (kv's followChain keeps what it
+// had), and the node, out of the map and its member not in the map's
+// chain, would retire that member from under the chain.
+func TestHostedMasterGivesUpAJoinerOutOfTheMap(t *testing.T) {
+	meta := &wantMeta{fakeMeta: &fakeMeta{rec: &kv.ChainConfig{Epoch: 2, Members: []uint64{1, 3}}},
+		dropped: []uint64{2}, nodes: []uint64{1, 2, 3}}
+	w := newWantRun(t, meta, nil)
+	x := w.x
+	d := w.takeOver(t)
+	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 2, To: 9, Seq: 1, Refused: true}})
+	if x.m.Joiner() != 2 || !x.m.JoinerPrecopying() {
+		t.Fatalf("node 2 not pre-copying: joiner %d", x.m.Joiner())
+	}
+	meta.dropped, meta.nodes = nil, []uint64{1, 3} // remove-node 2
+	d += wantHB
+	w.tick(d)
+	if x.m.Joiner() == 2 {
+		t.Fatal("the master still joins node 2, which the map no longer has")
+	}
+	x.step([]chain.Msg{{Type: chain.MsgPrecopyDone, From: 2, To: 9}})
+	if slices.Contains(meta.rec.Members, 2) {
+		t.Fatalf("node 2, out of the map, linked in: record %+v", meta.rec)
+	}
+}
