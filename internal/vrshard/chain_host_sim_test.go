@@ -364,22 +364,9 @@ func TestHostSimChainReplaysExactly(t *testing.T) {
 		{299, hostChain{mode: chain.AUSI, stores: [3]ChainStore{D, B, D}}, chainSwarm},
 		{3, hostChain{mode: chain.SU, stores: [3]ChainStore{D, D, D}}, chainSwarmCuts},
 	} {
-		var a, b strings.Builder
-		errA := hostChainSim(tc.seed, &a, tc.c, tc.faults, mutations{}, syncW)
-		errB := hostChainSim(tc.seed, &b, tc.c, tc.faults, mutations{}, syncW)
-		if fmt.Sprint(errA) != fmt.Sprint(errB) {
-			t.Fatalf("%v seed %d: the runs end differently: %v / %v", tc.c.String(), tc.seed, errA, errB)
-		}
-		if a.Len() == 0 || a.String() != b.String() {
-			la, lb := strings.Split(a.String(), "\n"), strings.Split(b.String(), "\n")
-			for i := range min(len(la), len(lb)) {
-				if la[i] != lb[i] {
-					t.Logf("line %d:\n%s\n%s", i, la[i], lb[i])
-					break
-				}
-			}
-			t.Fatalf("%v seed %d: the traces differ (%d and %d bytes)", tc.c.String(), tc.seed, a.Len(), b.Len())
-		}
+		replaysExactly(t, fmt.Sprintf("%v seed %d", tc.c.String(), tc.seed), func(w io.Writer) error {
+			return hostChainSim(tc.seed, w, tc.c, tc.faults, mutations{}, syncW)
+		})
 	}
 }
 

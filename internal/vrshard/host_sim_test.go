@@ -1097,6 +1097,26 @@ func TestHostSim(t *testing.T) {
 	}
 }
 
+// TestHostSimReplaysExactly: a seed's run of the host simulation is a
+// function of the seed (as TestMoveSimReplaysExactly for the cluster's):
+// two runs write the same trace.
+func TestHostSimReplaysExactly(t *testing.T) {
+	cadW := sim.KV{Keys: 3, Get: 4, Put: 4, Dur: level.CAD}
+	nxW := sim.KV{Keys: 3, Get: 4, Put: 5, CAS: 1, Dur: level.Sync}
+	ttlW := hostTTL{Workload: hostReads{sim.KV{Keys: 3, Get: 6, Put: 4, Dur: level.Sync}}}
+	for _, tc := range []struct {
+		name string
+		o    hostSimOptions
+		w    sim.Workload
+	}{
+		{"cad-deferred-powercuts", hostSimOptions{deferred: true, slowSync: true, powerCuts: true}, cadW},
+		{"nilext-direct-powercuts", hostSimOptions{nilext: true, direct: true, slowSync: true, powerCuts: true}, nxW},
+		{"sync-expiry", hostSimOptions{eventual: hostEventualWindow, expiry: 20 * time.Millisecond, skew: 20 * time.Millisecond}, ttlW},
+	} {
+		replaysExactly(t, tc.name, func(w io.Writer) error { return hostSim(2, w, tc.o, tc.w, nil) })
+	}
+}
+
 // TestHostSimCasAfterDelete: a CAS that misses a key deleted just before
 // it answers version 0 whether or not the replica applied the DEL in the
 // same batch. The applier's overlay used to answer the tombstone's version

@@ -1,7 +1,6 @@
 package vrshard
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -1880,22 +1879,7 @@ func TestMoveSimReplaysExactly(t *testing.T) {
 		{1, moveOptions{meta: true, shrink: true, faults: true, leaderCrashes: true, moverDeaths: true}},
 	} {
 		seed, o := tc.seed, tc.o
-		var a, b bytes.Buffer
-		errA := moveSim(seed, &a, o, new(string))
-		errB := moveSim(seed, &b, o, new(string))
-		if fmt.Sprint(errA) != fmt.Sprint(errB) {
-			t.Fatalf("seed %d: the runs end differently: %v / %v", seed, errA, errB)
-		}
-		if a.Len() == 0 || !bytes.Equal(a.Bytes(), b.Bytes()) {
-			la, lb := strings.Split(a.String(), "\n"), strings.Split(b.String(), "\n")
-			for i := range min(len(la), len(lb)) {
-				if la[i] != lb[i] {
-					t.Logf("line %d:\n%s\n%s", i, la[i], lb[i])
-					break
-				}
-			}
-			t.Fatalf("seed %d: the traces differ (%d and %d bytes)", seed, a.Len(), b.Len())
-		}
+		replaysExactly(t, fmt.Sprintf("seed %d", seed), func(w io.Writer) error { return moveSim(seed, w, o, new(string)) })
 	}
 }
 
