@@ -84,17 +84,6 @@ type chainCore struct {
 	// savedCommit: the commit point the hard state last recorded. Every
 	// Ready that advances it records it (Ready says why).
 	savedCommit int
-	// A log member's commit point written with no fsync of its own (a
-	// Ready with only a hard state): hsDirty until a batch's fsync covers
-	// it; hsSince, the first tick that found it so (0: none yet); hsSync,
-	// the next Ready fsyncs it (Tick, after chainCommitSyncIdle).
-	hsDirty bool
-	hsSince int64
-	hsSync  bool
-	// commitSyncOff (-tags mutations): no fsync after an idle spell, the
-	// code before (a power cut after a pause in the writes takes the last
-	// commit points).
-	commitSyncOff bool
 
 	// clients is kv's client table, under VR's count rule (vr.MaxClients):
 	// every member drops the same records at the same op.
@@ -847,23 +836,8 @@ func (c *chainCore) leased(now int64) bool { return c.lease == 0 || now < c.leas
 
 func (c *chainCore) Heard(int64, uint64) {}
 
-// chainCommitSyncIdle is how long a log member's commit point, written on
-// its own (no batch since to fsync it), waits before the member fsyncs it
-// by itself: while writes flow the next batch's fsync carries it, and a
-// pause in the writes no longer leaves the last answered writes to a power
-// cut for as long as the pause lasts (D-M, D-D-M: the loss table's window
-// is at most this, plus the fsync).
-const chainCommitSyncIdle = 5 * time.Millisecond
-
 func (c *chainCore) Tick(now int64) {
 	c.m.Tick(now)
-	if c.hsDirty && !(mutation.On && c.commitSyncOff) {
-		if c.hsSince == 0 {
-			c.hsSince = now
-		} else if now-c.hsSince >= int64(chainCommitSyncIdle) {
-			c.hsSync = true
-		}
-	}
 	if c.beat > 0 && now-c.lastBeat >= c.beat {
 		c.lastBeat = now
 		c.beatSeq++
@@ -1115,18 +1089,8 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 		c.out.HardState = &hs
 		c.savedCommit = saved
 	}
-	if c.hsSync && c.out.HardState == nil {
-		// The host fsyncs what it writes (a batch with only a PersistSeq
-		// writes nothing and starts no fsync): the commit point again.
-		hs := core.HardState{View: c.status().Epoch, Commit: uint64(c.savedCommit)}
-		c.out.HardState = &hs
-	}
-	if c.out.HardState != nil && c.mcfg.Store == chain.Log {
-		c.hsDirty = true
-	}
-	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil || c.hsSync {
+	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil {
 		// A batch: its fsync covers the hard state written before it.
-		c.hsDirty, c.hsSince, c.hsSync = false, 0, false
 		c.seq++
 		c.out.PersistSeq = c.seq
 		_, last := c.m.Base()

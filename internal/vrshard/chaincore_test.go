@@ -676,47 +676,6 @@ func TestChainSavesItsCommitPointAtOnce(t *testing.T) {
 	}
 }
 
-// TestChainSyncsItsCommitPointWhenIdle: a log member's commit point,
-// written on its own after the writes stop (the head's, from the last
-// acknowledgement), is fsynced after an idle spell of chainCommitSyncIdle,
-// so a power cut after a pause keeps every answered write (D-D-M: the
-// memory tail keeps none; the whole chain restarts from the head's durable
-// history). Without it (the mutation commitSyncOff) the commit point waits
-// for the next batch, and a power cut during the pause takes the last
-// answered writes however long it lasts.
-func TestChainSyncsItsCommitPointWhenIdle(t *testing.T) {
-	run := func(t *testing.T, off bool) (synced uint64, kept int) {
-		stores := [3]ChainStore{ChainLog, ChainLog, ChainMemory}
-		b := storeBed(t, stores, func(c *chainCore) { c.commitSyncOff = off })
-		if got := b.synced[1].Commit; got >= 3 {
-			t.Fatalf("the head's commit point %d is durable before any idle tick: the scenario did not happen", got)
-		}
-		// The writes stop: ticks, a millisecond apart, for twice the idle spell.
-		for now := int64(time.Millisecond); now <= 2*int64(chainCommitSyncIdle); now += int64(time.Millisecond) {
-			for _, id := range []uint64{1, 2, 3} {
-				b.cores[id].Tick(now)
-			}
-			b.pump()
-		}
-		// The power goes: the head restarts from what it fsynced.
-		c, err := openChain(chainConfig{Self: 1, Master: bedMaster, Members: []uint64{1, 2, 3}, Store: stores[0]},
-			core.Boot{HardState: b.synced[1], Entries: b.disk[1]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b.synced[1].Commit, len(c.m.History())
-	}
-	if synced, kept := run(t, false); synced != 3 || kept != 3 {
-		t.Fatalf("after the idle spell the head's durable commit point is %d and a power cut keeps %d entries, want 3 and 3", synced, kept)
-	}
-	if !mutation.On {
-		return
-	}
-	if synced, kept := run(t, true); synced >= 3 || kept >= 3 {
-		t.Fatalf("commitSyncOff not caught: durable commit point %d, %d entries kept", synced, kept)
-	}
-}
-
 // TestChainRejoinForgetsUnansweredHeartbeats (a review finding): a member
 // that rejoins after a lost update stops serving; an answer to a heartbeat
 // it sent before must not restore its lease (nor its eventual reads).
