@@ -746,7 +746,7 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 	logFlush := func(t *testing.T, off bool) run {
 		b := newChainBed(t, 1, 2)
 		for _, c := range b.cores {
-			c.linkGapOff, c.epochGapOff = off, off
+			c.linkGapOff, c.epochGapOff, c.posGapOff = off, off, off
 		}
 		for i := uint64(1); i <= 3; i++ {
 			if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
@@ -755,7 +755,7 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 		}
 		b.pump()
 		j := b.addJoiner(t, 3, []uint64{1, 2})
-		j.linkGapOff, j.epochGapOff = off, off
+		j.linkGapOff, j.epochGapOff, j.posGapOff = off, off, off
 		if err := b.master.Join(3, 2); err != nil {
 			t.Fatal(err)
 		}
@@ -905,13 +905,81 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 	}
 }
 
+// TestChainUpdatePositionFindsLostFirstMessages: the host simulation's
+// seeds 491 and 634 (KEFIR_SIM_SEEDS=800, SU D-D-D and D-D-M, AUSI D-D-D).
+// The head (1) takes four writes; every one is lost between the middle (2)
+// and the tail (3) — the first messages the link 2→3 ever carried, so the
+// link numbering takes the next as its baseline — and the head crashes.
+// The middle, head now, numbers its first write 1.1, the first of its
+// numbering epoch, which is what an active tail holding nothing may take
+// next by the numbers alone (lostUpdate). The update's position (5, in
+// the sender's history; chain.Msg.Pos) says four came before it: the tail
+// rejoins and copies them. With the mutation posGapOff (the code before)
+// the tail holds [w5] at position 1 while the head commits [w1 … w5] on
+// its acknowledgement.
+func TestChainUpdatePositionFindsLostFirstMessages(t *testing.T) {
+	run := func(t *testing.T, off bool) (rejoins int, errs []error, logs map[uint64][]string, replies int) {
+		b := newChainBed(t, 1, 2, 3)
+		for _, c := range b.cores {
+			c.posGapOff = off
+		}
+		b.drop = func(m chain.Msg) bool { return m.Type == chain.MsgUpdate && m.From == 2 && m.To == 3 }
+		for i := uint64(1); i <= 4; i++ {
+			if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.pump()
+		b.drop = nil
+		if got := logOf(t, b, 3); len(got) != 0 || len(logOf(t, b, 2)) != 4 {
+			t.Fatalf("the tail holds %v, the middle %v: the scenario did not happen", got, logOf(t, b, 2))
+		}
+		b.crash(1)
+		b.pump()
+		if err := b.propose(2, 8, 1, "w5"); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		rejoins, errs = b.cores[3].rejoins, b.errs[3]
+		if rejoins > 0 {
+			// What chainmaster does on its heartbeat: failed, then joined
+			// again (before the tail: the chain's head).
+			b.failAndJoin(t, 3, 2)
+		}
+		if err := b.propose(headOf(t, b), 8, 2, "w6"); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		return rejoins, errs, map[uint64][]string{2: logOf(t, b, 2), 3: logOf(t, b, 3)}, len(b.replies[2]) + len(b.replies[3])
+	}
+	rejoins, errs, logs, replies := run(t, false)
+	t.Logf("errors %v, rejoins %d, logs %v, %d replies", errs, rejoins, logs, replies)
+	if rejoins != 1 || len(errs) != 1 || !strings.Contains(errs[0].Error(), "was lost") {
+		t.Fatalf("the tail: %d rejoins, errors %v; want one rejoin that says why", rejoins, errs)
+	}
+	if want := []string{"w1", "w2", "w3", "w4", "w5", "w6"}; !slices.Equal(logs[2], want) || !slices.Equal(logs[3], want) {
+		t.Fatalf("the head holds %v, the tail %v; want both %v", logs[2], logs[3], want)
+	}
+	if replies < 2 {
+		t.Fatalf("%d of the writes after the crash answered, want 2", replies)
+	}
+	if !mutation.On {
+		return
+	}
+	rejoins, _, logs, _ = run(t, true)
+	t.Logf("posGapOff: rejoins %d, logs %v", rejoins, logs)
+	if rejoins != 0 || slices.Equal(logs[2], logs[3]) {
+		t.Fatalf("posGapOff not caught: rejoins %d, logs %v", rejoins, logs)
+	}
+}
+
 // headChangedBed is a bed of three members, gap detection off with off,
 // whose head (1) answered w1 and crashed: member 2 heads the chain [2 3].
 func headChangedBed(t *testing.T, off bool) *chainBed {
 	t.Helper()
 	b := newChainBed(t, 1, 2, 3)
 	for _, c := range b.cores {
-		c.linkGapOff, c.epochGapOff = off, off
+		c.linkGapOff, c.epochGapOff, c.posGapOff = off, off, off
 	}
 	if err := b.propose(1, 7, 1, "w1"); err != nil {
 		t.Fatal(err)
@@ -927,7 +995,7 @@ func headChangedBed(t *testing.T, off bool) *chainBed {
 func (b *chainBed) joinNew(t *testing.T, id uint64, members []uint64, length int, off bool) {
 	t.Helper()
 	j := b.addJoiner(t, id, members)
-	j.linkGapOff, j.epochGapOff = off, off
+	j.linkGapOff, j.epochGapOff, j.posGapOff = off, off, off
 	if err := b.master.Join(chain.NodeID(id), length); err != nil {
 		t.Fatal(err)
 	}
