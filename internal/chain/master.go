@@ -310,6 +310,16 @@ func (m *Master) send(to NodeID, msg Msg) {
 	if msg.Epoch == 0 {
 		msg.Epoch = m.epoch
 	}
+	switch msg.Type {
+	case MsgCRHead, MsgCRMid, MsgCRTail, MsgRestart:
+		if msg.Members == nil {
+			// The configuration the order makes, at its epoch: the member
+			// moves to that epoch on it, and its host reports the two
+			// together (a master that restarts learns the chain from
+			// them); its answers from the master may never come.
+			msg.Members = slices.Clone(m.members)
+		}
+	}
 	m.out.Msgs = append(m.out.Msgs, msg)
 }
 

@@ -279,8 +279,13 @@ func TestHostSimChain(t *testing.T) {
 		// the middle, head after the repair, passes its first update — which
 		// the tail took at position 1 until an update carried its position
 		// (chain.Msg.Pos, chainCore.lostUpdate; D-D-M fails the same seed).
+		// AUSI D-D-D's seed 501: a tail alone after a CR_TAIL, its master's
+		// answers cut off, reported its new epoch with its old configuration;
+		// a restarted master learnt it and put a member cut off since an
+		// epoch before back in the chain, serving stale reads — until the
+		// orders carried their configuration (chainCore.orderConfig).
 		{hostChain{mode: chain.SU, stores: [3]ChainStore{D, D, D}}, chainSwarm, []uint64{491}},
-		{hostChain{mode: chain.AUSI, stores: [3]ChainStore{D, D, D}}, chainSwarm, []uint64{634}},
+		{hostChain{mode: chain.AUSI, stores: [3]ChainStore{D, D, D}}, chainSwarm, []uint64{501, 634}},
 		{hostChain{mode: chain.SU, stores: [3]ChainStore{D, D, M}}, chainSwarm, []uint64{201, 375}},
 		// Power cuts of every member: nothing lost on D-D-D, SU or AUSI
 		// (sync writes: answered at the durable point), under the swarm

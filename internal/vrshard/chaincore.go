@@ -134,6 +134,9 @@ type chainCore struct {
 	// than the member's LU is taken whatever its number (lostUpdate), the
 	// code before the host simulation ran chains.
 	epochGapOff bool
+	// orderConfigOff (-tags mutations): a repair or restart order's
+	// configuration is not taken (orderConfig), the code before.
+	orderConfigOff bool
 	// posGapOff (-tags mutations): an update's position (chain.Msg.Pos)
 	// is not checked against the member's history (lostUpdate), the code
 	// before.
@@ -473,6 +476,10 @@ func (c *chainCore) Step(_ int64, m chain.Msg) {
 		}
 	}
 	switch m.Type {
+	case chain.MsgCRHead, chain.MsgCRMid, chain.MsgCRTail, chain.MsgRestart:
+		c.orderConfig(m)
+	}
+	switch m.Type {
 	case chain.MsgRestart:
 		c.adopt()
 	case chain.MsgUpdate:
@@ -499,6 +506,25 @@ func (c *chainCore) Step(_ int64, m chain.Msg) {
 		}
 	}
 	c.m.Step(m)
+}
+
+// orderConfig takes the configuration a master's repair or restart order
+// names (chain.Master puts it on every CR_HEAD, CR_MID, CR_TAIL and
+// RESTART) as the one this member knows, as a FLUSH's: the order moves the
+// core to its epoch, and the heartbeats report that epoch with the
+// configuration (what a restarted master learns the chain from). Learnt
+// only from the master's heartbeat answers, the configuration lagged the
+// epoch whenever those answers were lost: the host simulation's AUSI D-D-D
+// seed 501 (KEFIR_SIM_SEEDS=800) — a CR_TAIL at epoch 2 made member 1 the
+// tail alone, its answers were cut off, the master restarted, learnt "[1 3]
+// at epoch 2" from member 1's heartbeats, joined a node before member 3 (cut
+// off since epoch 1, nine updates behind) and let both serve linearizable
+// reads of versions the chain had overwritten.
+func (c *chainCore) orderConfig(m chain.Msg) {
+	if uint64(m.From) != c.master || len(m.Members) == 0 || m.Epoch < c.status().Epoch || (mutation.On && c.orderConfigOff) {
+		return
+	}
+	c.setChain(m.Members)
 }
 
 // restartReport is what a member waiting to be joined reports to a master

@@ -676,6 +676,53 @@ func TestChainSavesItsCommitPointAtOnce(t *testing.T) {
 	}
 }
 
+// TestChainHeartbeatReportsTheOrdersConfiguration: a repair order moves a
+// member to its epoch, and its heartbeats report that epoch with the
+// configuration — what a restarted master learns the chain from. With no
+// heartbeat answer since (lost, or the master gone), the configuration must
+// come from the order itself: the host simulation's AUSI D-D-D seed 501
+// (KEFIR_SIM_SEEDS=800), where member 1, made the tail alone by a CR_TAIL,
+// reported "[1 3] at epoch 2" and a restarted master put the member cut off
+// since epoch 1 back in the chain. Here the tail (3) fails, the master
+// sends CR_TAIL to 2, and 2's and the head's next heartbeats are taken by
+// the bed. With the mutation orderConfigOff (the code before) member 2
+// reports [1 2 3] at the new epoch.
+func TestChainHeartbeatReportsTheOrdersConfiguration(t *testing.T) {
+	run := func(off bool) chain.Msg {
+		b := newChainBed(t, 1, 2, 3)
+		for _, c := range b.cores {
+			c.orderConfigOff = off
+		}
+		var beats []chain.Msg
+		b.captureBeats(&beats)
+		b.crash(3)
+		b.pump()
+		c := b.cores[2]
+		if s := c.status(); s.Succ != 0 || s.Epoch != b.master.Epoch() {
+			t.Fatalf("member 2 after the tail's failure: %+v, want the tail at epoch %d", s, b.master.Epoch())
+		}
+		c.beat = 1
+		c.Tick(10)
+		b.pump()
+		if len(beats) != 1 {
+			t.Fatalf("%d heartbeats, want 1", len(beats))
+		}
+		return beats[0]
+	}
+	hb := run(false)
+	if want := []chain.NodeID{1, 2}; hb.Epoch != 1 || !slices.Equal(hb.Members, want) {
+		t.Fatalf("member 2 reports %v at epoch %d, want %v at 1", hb.Members, hb.Epoch, want)
+	}
+	if !mutation.On {
+		return
+	}
+	if hb := run(true); slices.Equal(hb.Members, []chain.NodeID{1, 2}) {
+		t.Fatalf("orderConfigOff not caught: member 2 reports %v at epoch %d", hb.Members, hb.Epoch)
+	} else {
+		t.Logf("orderConfigOff: member 2 reports %v at epoch %d", hb.Members, hb.Epoch)
+	}
+}
+
 // TestChainRejoinForgetsUnansweredHeartbeats (a review finding): a member
 // that rejoins after a lost update stops serving; an answer to a heartbeat
 // it sent before must not restore its lease (nor its eventual reads).
