@@ -321,7 +321,7 @@ func (m *Master) send(to NodeID, msg Msg) {
 		// with the old members, and the next master adopted them: members
 		// the repair had cut out were granted leases and served reads
 		// missing the writes the chain took since (the host simulation's
-		// AUSI D-Mb-D seed 299).
+		// AUSI D-Mb-D seed 299, AUSI D-D-D seed 501).
 		if msg.Members == nil {
 			msg.Members = slices.Clone(m.members)
 		}

@@ -200,6 +200,16 @@ type Msg struct {
 	// from a gap (vrshard chaincore.go, linkGap). Zero: not numbered (the
 	// master's messages, or an older sender).
 	LinkInc, LinkSeq uint64
+	// Pos (update, member → member): the update's position in the
+	// sender's history (1, 2, ...; its compacted prefix counted), which
+	// every member's history shares (each is a prefix of its
+	// predecessor's). Set by the sending host beside the link numbering,
+	// read by the receiving host (vrshard chaincore.go, lostUpdate): an
+	// active member's next update must sit right after its own history,
+	// whatever the link or the numbering epoch. Zero: not said (an update
+	// outside the sender's history — a joiner's relay from its temporary
+	// store — or an older sender). The core neither sets nor reads it.
+	Pos uint64
 }
 
 func (m Msg) String() string {
@@ -208,6 +218,9 @@ func (m Msg) String() string {
 	switch m.Type {
 	case MsgUpdate, MsgUpdateAck:
 		fmt.Fprintf(&b, " seq=%s id=%d", FormatSeq(m.Seq), m.ID)
+		if m.Pos != 0 {
+			fmt.Fprintf(&b, " pos=%d", m.Pos)
+		}
 		if len(m.Op) > 0 {
 			fmt.Fprintf(&b, " %q", m.Op)
 		}

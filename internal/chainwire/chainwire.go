@@ -10,7 +10,7 @@
 // then uvarints) and the entries (a count, then each entry's Seq, ID, Op and
 // Result), then, if the flags say so, a snapshot (N, Seq, Sum, Data), then,
 // on a numbered link (a member's message to another member), LinkInc and
-// LinkSeq. Byte slices in a decoded message alias the input.
+// LinkSeq, and an update's Pos if set. Byte slices in a decoded message alias the input.
 //
 // MsgPersist and MsgPersisted never travel: they are between a member and
 // its own host. A peer sending one is a protocol error (ErrCorrupt), so a
@@ -115,6 +115,11 @@ func AppendBody(b []byte, m *chain.Msg) []byte {
 		// the master's messages) decodes as unnumbered.
 		b = binary.AppendUvarint(b, m.LinkInc)
 		b = binary.AppendUvarint(b, m.LinkSeq)
+		if m.Pos != 0 {
+			// An update's position, after the link numbering (a
+			// numbered message only: the host sets both).
+			b = binary.AppendUvarint(b, m.Pos)
+		}
 	}
 	return b
 }
@@ -189,6 +194,11 @@ func DecodeBody(typ uint8, body []byte, m *chain.Msg) error {
 		m.LinkInc, m.LinkSeq = d.Uvarint(), d.Uvarint()
 		if d.Err == nil && (m.LinkInc == 0 || m.LinkSeq == 0) {
 			d.Err = ErrCorrupt
+		}
+		if d.Err == nil && len(d.B) > 0 {
+			if m.Pos = d.Uvarint(); d.Err == nil && m.Pos == 0 {
+				d.Err = ErrCorrupt
+			}
 		}
 	}
 	if d.Err != nil {

@@ -18,7 +18,7 @@ func samples() []chain.Msg {
 		Members: []chain.NodeID{1, 2, 300}, Path: []chain.NodeID{9, 1, 2, 300, 9},
 		Entries: []chain.Entry{{Seq: 1, ID: 2, Op: []byte("a")}, {Seq: 2, ID: 0, Op: nil, Result: []byte("r")}},
 		Snap:    &chain.Snap{N: 40, Seq: 5<<40 | 3, Sum: 1<<64 - 1, Data: []byte("state")},
-		LinkInc: 1<<64 - 7, LinkSeq: 1 << 33}
+		LinkInc: 1<<64 - 7, LinkSeq: 1 << 33, Pos: 1<<40 + 5}
 	var out []chain.Msg
 	for t := chain.MsgType(1); t < 64; t++ {
 		if !Travels(t) {
@@ -31,7 +31,7 @@ func samples() []chain.Msg {
 		page.Snap = &chain.Snap{N: 40, Seq: 3, Data: []byte("page"), From: []byte("k1"), Next: []byte("k9"), More: true}
 		last := page
 		last.Snap = &chain.Snap{N: 40, From: []byte("k9")}
-		last.LinkInc, last.LinkSeq = 0, 0
+		last.LinkInc, last.LinkSeq, last.Pos = 0, 0, 0 // a position travels on a numbered link only
 		out = append(out, m, page, last, chain.Msg{Type: t, From: 1, To: 2}, chain.Msg{Type: t, From: 1, To: 2, LinkInc: 9, LinkSeq: 1})
 	}
 	return out
@@ -78,7 +78,8 @@ func TestDecodeRefuses(t *testing.T) {
 		{"truncated", frame.Message{Engine: frame.EngineChain, Type: uint8(chain.MsgAck), Body: body[:len(body)-1]}, ErrCorrupt},
 		{"trailing", frame.Message{Engine: frame.EngineChain, Type: uint8(chain.MsgAck), Body: append(body[:len(body):len(body)], 0)}, ErrCorrupt},
 		{"link seq 0", frame.Message{Engine: frame.EngineChain, Type: uint8(chain.MsgAck), Body: append(body[:len(body):len(body)], 5, 0)}, ErrCorrupt},
-		{"trailing after the link", frame.Message{Engine: frame.EngineChain, Type: uint8(chain.MsgAck), Body: append(body[:len(body):len(body)], 5, 1, 0)}, ErrCorrupt},
+		{"position 0", frame.Message{Engine: frame.EngineChain, Type: uint8(chain.MsgAck), Body: append(body[:len(body):len(body)], 5, 1, 0)}, ErrCorrupt},
+		{"trailing after the position", frame.Message{Engine: frame.EngineChain, Type: uint8(chain.MsgAck), Body: append(body[:len(body):len(body)], 5, 1, 7, 0)}, ErrCorrupt},
 	}
 	for _, c := range cases {
 		if _, err := Decode(1, 2, []frame.Message{c.fm}); !errors.Is(err, c.want) {

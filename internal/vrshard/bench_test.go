@@ -3,6 +3,7 @@ package vrshard
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -203,9 +204,22 @@ func BenchmarkApplierApply(b *testing.B) {
 // log's) and log-writes/op (the Readies' log writes, a hard state written
 // on its own included) — what a member's eager commit-point save costs
 // (chainCore.Ready; docs/design/chain.md, "The loss table on the host").
+// KEFIR_BENCH_GAP (a duration) makes each writer pause that long before
+// each write: a chain that idles between writes, where a member's commit
+// point is written on its own (docs/design/chain.md, "No idle commit-point
+// fsync").
 //
 // Run: go test ./internal/vrshard/ -run '^$' -bench ChainSyncWrite -benchtime 2000x -cpu 4
+// (paused: KEFIR_BENCH_GAP=7ms ... -bench 'ChainSyncWrite/.*/writers=1$' -benchtime 300x)
 func BenchmarkChainSyncWrite(b *testing.B) {
+	var gap time.Duration
+	if v := os.Getenv("KEFIR_BENCH_GAP"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			b.Fatalf("KEFIR_BENCH_GAP=%q: want a duration", v)
+		}
+		gap = d
+	}
 	for _, bc := range []struct {
 		name    string
 		stores  [3]ChainStore
@@ -257,6 +271,7 @@ func BenchmarkChainSyncWrite(b *testing.B) {
 					seq := uint64(1000)
 					for next.Add(1) <= int64(b.N) {
 						seq++
+						time.Sleep(gap)
 						if write(w, seq) != nil {
 							failed.Add(1)
 						}

@@ -91,17 +91,6 @@ type chainCore struct {
 	// savedCommit: the commit point the hard state last recorded. Every
 	// Ready that advances it records it (Ready says why).
 	savedCommit int
-	// A log member's commit point written with no fsync of its own (a
-	// Ready with only a hard state): hsDirty until a batch's fsync covers
-	// it; hsSince, the first tick that found it so (0: none yet); hsSync,
-	// the next Ready fsyncs it (Tick, after chainCommitSyncIdle).
-	hsDirty bool
-	hsSince int64
-	hsSync  bool
-	// commitSyncOff (-tags mutations): no fsync after an idle spell, the
-	// code before (a power cut after a pause in the writes takes the last
-	// commit points).
-	commitSyncOff bool
 
 	// clients is kv's client table, under VR's count rule (vr.MaxClients):
 	// every member drops the same records at the same op.
@@ -152,6 +141,13 @@ type chainCore struct {
 	// than the member's LU is taken whatever its number (lostUpdate), the
 	// code before the host simulation ran chains.
 	epochGapOff bool
+	// orderConfigOff (-tags mutations): a repair or restart order's
+	// configuration is not taken (orderedChain), the code before.
+	orderConfigOff bool
+	// posGapOff (-tags mutations): an update's position (chain.Msg.Pos)
+	// is not checked against the member's history (lostUpdate), the code
+	// before.
+	posGapOff bool
 	// mergeGapOff (-tags mutations): a joiner merges what its predecessor
 	// sent during the join without checking it follows the log flush
 	// (mergeGap), the code before.
@@ -499,8 +495,8 @@ func (c *chainCore) Step(_ int64, m chain.Msg) {
 		c.orderedChain(m)
 	case chain.MsgUpdate:
 		if c.lostUpdate(m) {
-			c.rejoin(fmt.Sprintf("update %s from %d after %s: an update was lost on the link",
-				chain.FormatSeq(m.Seq), m.From, chain.FormatSeq(c.status().LU)))
+			c.rejoin(fmt.Sprintf("update %s (position %d) from %d after %s (position %d): an update was lost on the link",
+				chain.FormatSeq(m.Seq), m.Pos, m.From, chain.FormatSeq(c.status().LU), c.total()))
 			return
 		}
 	case chain.MsgCRHead, chain.MsgCRMid, chain.MsgCRTail:
@@ -688,12 +684,29 @@ func (c *chainCore) carriesUpdates(m chain.Msg) bool {
 // member holding nothing (LU 0) has been in the chain since before its
 // first update, so its first is n = 1 too; any other is a gap — also what
 // a wiped disk started as a member (--bootstrap) sees, which must not
-// serve from an empty history. (Not detected: every update of a whole
-// numbering epoch lost, the next epoch's first arriving.)
+// serve from an empty history.
+//
+// The numbers alone miss every update of a whole numbering epoch lost, the
+// next epoch's first arriving — and the link numbering misses it too when
+// those were the first messages the link ever carried to this member (the
+// first sets the baseline: linkGap). The host simulation's seeds 491 and
+// 634 of KEFIR_SIM_SEEDS=800: a partition took an old head's first four
+// updates between the middle and the tail, the head failed, the middle
+// became the head and numbered 1.1 at position 5, and the tail, holding
+// nothing, took it at position 1 — the head then committed its four over
+// the tail's acknowledgement. So the sender's host says where an update
+// sits in its history (chain.Msg.Pos: every member's history is a prefix
+// of its predecessor's, so a position names the same update everywhere),
+// and an active member takes an update from its predecessor only right
+// after its own history's end: a check per update, on no link's state,
+// so a restarted receiver or sender changes nothing in it.
 func (c *chainCore) lostUpdate(m chain.Msg) bool {
 	s := c.status()
 	if s.State != chain.Active || m.From != s.Pred || m.From == chain.NodeID(c.master) || m.Seq <= s.LU {
 		return false
+	}
+	if m.Pos != 0 && m.Pos != uint64(c.total())+1 && !(mutation.On && c.posGapOff) {
+		return true
 	}
 	if mutation.On && c.epochGapOff && s.LU != 0 && m.Seq>>chainSeqBits != s.LU>>chainSeqBits {
 		return false
@@ -763,12 +776,21 @@ func (c *chainCore) chainIDs() []chain.NodeID {
 }
 
 // orderedChain takes the configuration a master's order m names (its
-// Members, at its epoch; a FLUSH's as the members pass it on) if it is
-// news: not older than the member's epoch nor than the configuration it
-// holds.
+// Members, at its epoch: chain.Master puts it on every CR_HEAD, CR_MID,
+// CR_TAIL and RESTART; a FLUSH's as the members pass it on) if it is news:
+// not older than the member's epoch nor than the configuration it holds.
+// Learnt only from the master's heartbeat answers, the configuration lagged
+// the epoch whenever those answers were lost: the host simulation's AUSI
+// D-D-D seed 501 (a CR_TAIL at epoch 2 made member 1 the tail alone, its
+// answers were cut off, the master restarted, learnt "[1 3] at epoch 2"
+// from member 1's heartbeats and let member 3, cut off since epoch 1 and
+// nine updates behind, serve linearizable reads) and AUSI D-Mb-D seed 299.
 func (c *chainCore) orderedChain(m chain.Msg) {
 	if len(m.Members) == 0 || m.Epoch < c.status().Epoch || m.Epoch < c.chainEpoch {
 		return
+	}
+	if mutation.On && c.orderConfigOff && m.Type != chain.MsgFlush {
+		return // the code before: a repair's configuration learnt from the answers only
 	}
 	c.setChain(m.Members)
 	c.chainEpoch = m.Epoch
@@ -879,23 +901,8 @@ func (c *chainCore) leased(now int64) bool { return c.lease == 0 || now < c.leas
 
 func (c *chainCore) Heard(int64, uint64) {}
 
-// chainCommitSyncIdle is how long a log member's commit point, written on
-// its own (no batch since to fsync it), waits before the member fsyncs it
-// by itself: while writes flow the next batch's fsync carries it, and a
-// pause in the writes no longer leaves the last answered writes to a power
-// cut for as long as the pause lasts (D-M, D-D-M: the loss table's window
-// is at most this, plus the fsync).
-const chainCommitSyncIdle = 5 * time.Millisecond
-
 func (c *chainCore) Tick(now int64) {
 	c.m.Tick(now)
-	if c.hsDirty && !(mutation.On && c.commitSyncOff) {
-		if c.hsSince == 0 {
-			c.hsSince = now
-		} else if now-c.hsSince >= int64(chainCommitSyncIdle) {
-			c.hsSync = true
-		}
-	}
 	if c.beat > 0 && now-c.lastBeat >= c.beat {
 		c.lastBeat = now
 		c.beatSeq++
@@ -1085,6 +1092,12 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 			if to := uint64(m.To); to != c.master && to != 0 {
 				c.sendSeq[to]++
 				m.LinkInc, m.LinkSeq = c.inc, c.sendSeq[to]
+				if m.Type == chain.MsgUpdate {
+					// Where it sits in this member's history, which the
+					// receiver's must end just before (lostUpdate); 0 for a
+					// joiner's relay from its temporary store.
+					m.Pos = c.position(m.Seq)
+				}
 			}
 			c.out.Messages = append(c.out.Messages, m)
 		}
@@ -1148,18 +1161,8 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 		c.out.HardState = &hs
 		c.savedCommit = saved
 	}
-	if c.hsSync && c.out.HardState == nil {
-		// The host fsyncs what it writes (a batch with only a PersistSeq
-		// writes nothing and starts no fsync): the commit point again.
-		hs := core.HardState{View: c.status().Epoch, Commit: uint64(c.savedCommit)}
-		c.out.HardState = &hs
-	}
-	if c.out.HardState != nil && c.mcfg.Store == chain.Log {
-		c.hsDirty = true
-	}
-	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil || c.hsSync {
+	if len(c.out.Entries) > 0 || c.out.HasTruncate || c.out.Snapshot != nil {
 		// A batch: its fsync covers the hard state written before it.
-		c.hsDirty, c.hsSince, c.hsSync = false, 0, false
 		c.seq++
 		c.out.PersistSeq = c.seq
 		_, last := c.m.Base()

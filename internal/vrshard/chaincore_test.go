@@ -676,44 +676,50 @@ func TestChainSavesItsCommitPointAtOnce(t *testing.T) {
 	}
 }
 
-// TestChainSyncsItsCommitPointWhenIdle: a log member's commit point,
-// written on its own after the writes stop (the head's, from the last
-// acknowledgement), is fsynced after an idle spell of chainCommitSyncIdle,
-// so a power cut after a pause keeps every answered write (D-D-M: the
-// memory tail keeps none; the whole chain restarts from the head's durable
-// history). Without it (the mutation commitSyncOff) the commit point waits
-// for the next batch, and a power cut during the pause takes the last
-// answered writes however long it lasts.
-func TestChainSyncsItsCommitPointWhenIdle(t *testing.T) {
-	run := func(t *testing.T, off bool) (synced uint64, kept int) {
-		stores := [3]ChainStore{ChainLog, ChainLog, ChainMemory}
-		b := storeBed(t, stores, func(c *chainCore) { c.commitSyncOff = off })
-		if got := b.synced[1].Commit; got >= 3 {
-			t.Fatalf("the head's commit point %d is durable before any idle tick: the scenario did not happen", got)
+// TestChainHeartbeatReportsTheOrdersConfiguration: a repair order moves a
+// member to its epoch, and its heartbeats report that epoch with the
+// configuration — what a restarted master learns the chain from. With no
+// heartbeat answer since (lost, or the master gone), the configuration must
+// come from the order itself: the host simulation's AUSI D-D-D seed 501
+// (KEFIR_SIM_SEEDS=800), where member 1, made the tail alone by a CR_TAIL,
+// reported "[1 3] at epoch 2" and a restarted master put the member cut off
+// since epoch 1 back in the chain. Here the tail (3) fails, the master
+// sends CR_TAIL to 2, and 2's and the head's next heartbeats are taken by
+// the bed. With the mutation orderConfigOff (the code before) member 2
+// reports [1 2 3] at the new epoch.
+func TestChainHeartbeatReportsTheOrdersConfiguration(t *testing.T) {
+	run := func(off bool) chain.Msg {
+		b := newChainBed(t, 1, 2, 3)
+		for _, c := range b.cores {
+			c.orderConfigOff = off
 		}
-		// The writes stop: ticks, a millisecond apart, for twice the idle spell.
-		for now := int64(time.Millisecond); now <= 2*int64(chainCommitSyncIdle); now += int64(time.Millisecond) {
-			for _, id := range []uint64{1, 2, 3} {
-				b.cores[id].Tick(now)
-			}
-			b.pump()
+		var beats []chain.Msg
+		b.captureBeats(&beats)
+		b.crash(3)
+		b.pump()
+		c := b.cores[2]
+		if s := c.status(); s.Succ != 0 || s.Epoch != b.master.Epoch() {
+			t.Fatalf("member 2 after the tail's failure: %+v, want the tail at epoch %d", s, b.master.Epoch())
 		}
-		// The power goes: the head restarts from what it fsynced.
-		c, err := openChain(chainConfig{Self: 1, Master: bedMaster, Members: []uint64{1, 2, 3}, Store: stores[0]},
-			core.Boot{HardState: b.synced[1], Entries: b.disk[1]})
-		if err != nil {
-			t.Fatal(err)
+		c.beat = 1
+		c.Tick(10)
+		b.pump()
+		if len(beats) != 1 {
+			t.Fatalf("%d heartbeats, want 1", len(beats))
 		}
-		return b.synced[1].Commit, len(c.m.History())
+		return beats[0]
 	}
-	if synced, kept := run(t, false); synced != 3 || kept != 3 {
-		t.Fatalf("after the idle spell the head's durable commit point is %d and a power cut keeps %d entries, want 3 and 3", synced, kept)
+	hb := run(false)
+	if want := []chain.NodeID{1, 2}; hb.Epoch != 1 || !slices.Equal(hb.Members, want) {
+		t.Fatalf("member 2 reports %v at epoch %d, want %v at 1", hb.Members, hb.Epoch, want)
 	}
 	if !mutation.On {
 		return
 	}
-	if synced, kept := run(t, true); synced >= 3 || kept >= 3 {
-		t.Fatalf("commitSyncOff not caught: durable commit point %d, %d entries kept", synced, kept)
+	if hb := run(true); slices.Equal(hb.Members, []chain.NodeID{1, 2}) {
+		t.Fatalf("orderConfigOff not caught: member 2 reports %v at epoch %d", hb.Members, hb.Epoch)
+	} else {
+		t.Logf("orderConfigOff: member 2 reports %v at epoch %d", hb.Members, hb.Epoch)
 	}
 }
 
@@ -787,7 +793,7 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 	logFlush := func(t *testing.T, off bool) run {
 		b := newChainBed(t, 1, 2)
 		for _, c := range b.cores {
-			c.linkGapOff, c.epochGapOff = off, off
+			c.linkGapOff, c.epochGapOff, c.posGapOff = off, off, off
 		}
 		for i := uint64(1); i <= 3; i++ {
 			if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
@@ -796,7 +802,7 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 		}
 		b.pump()
 		j := b.addJoiner(t, 3, []uint64{1, 2})
-		j.linkGapOff, j.epochGapOff = off, off
+		j.linkGapOff, j.epochGapOff, j.posGapOff = off, off, off
 		if err := b.master.Join(3, 2); err != nil {
 			t.Fatal(err)
 		}
@@ -946,13 +952,81 @@ func TestChainLinkNumberingFindsLostMessages(t *testing.T) {
 	}
 }
 
+// TestChainUpdatePositionFindsLostFirstMessages: the host simulation's
+// seeds 491 and 634 (KEFIR_SIM_SEEDS=800, SU D-D-D and D-D-M, AUSI D-D-D).
+// The head (1) takes four writes; every one is lost between the middle (2)
+// and the tail (3) — the first messages the link 2→3 ever carried, so the
+// link numbering takes the next as its baseline — and the head crashes.
+// The middle, head now, numbers its first write 1.1, the first of its
+// numbering epoch, which is what an active tail holding nothing may take
+// next by the numbers alone (lostUpdate). The update's position (5, in
+// the sender's history; chain.Msg.Pos) says four came before it: the tail
+// rejoins and copies them. With the mutation posGapOff (the code before)
+// the tail holds [w5] at position 1 while the head commits [w1 … w5] on
+// its acknowledgement.
+func TestChainUpdatePositionFindsLostFirstMessages(t *testing.T) {
+	run := func(t *testing.T, off bool) (rejoins int, errs []error, logs map[uint64][]string, replies int) {
+		b := newChainBed(t, 1, 2, 3)
+		for _, c := range b.cores {
+			c.posGapOff = off
+		}
+		b.drop = func(m chain.Msg) bool { return m.Type == chain.MsgUpdate && m.From == 2 && m.To == 3 }
+		for i := uint64(1); i <= 4; i++ {
+			if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.pump()
+		b.drop = nil
+		if got := logOf(t, b, 3); len(got) != 0 || len(logOf(t, b, 2)) != 4 {
+			t.Fatalf("the tail holds %v, the middle %v: the scenario did not happen", got, logOf(t, b, 2))
+		}
+		b.crash(1)
+		b.pump()
+		if err := b.propose(2, 8, 1, "w5"); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		rejoins, errs = b.cores[3].rejoins, b.errs[3]
+		if rejoins > 0 {
+			// What chainmaster does on its heartbeat: failed, then joined
+			// again (before the tail: the chain's head).
+			b.failAndJoin(t, 3, 2)
+		}
+		if err := b.propose(headOf(t, b), 8, 2, "w6"); err != nil {
+			t.Fatal(err)
+		}
+		b.pump()
+		return rejoins, errs, map[uint64][]string{2: logOf(t, b, 2), 3: logOf(t, b, 3)}, len(b.replies[2]) + len(b.replies[3])
+	}
+	rejoins, errs, logs, replies := run(t, false)
+	t.Logf("errors %v, rejoins %d, logs %v, %d replies", errs, rejoins, logs, replies)
+	if rejoins != 1 || len(errs) != 1 || !strings.Contains(errs[0].Error(), "was lost") {
+		t.Fatalf("the tail: %d rejoins, errors %v; want one rejoin that says why", rejoins, errs)
+	}
+	if want := []string{"w1", "w2", "w3", "w4", "w5", "w6"}; !slices.Equal(logs[2], want) || !slices.Equal(logs[3], want) {
+		t.Fatalf("the head holds %v, the tail %v; want both %v", logs[2], logs[3], want)
+	}
+	if replies < 2 {
+		t.Fatalf("%d of the writes after the crash answered, want 2", replies)
+	}
+	if !mutation.On {
+		return
+	}
+	rejoins, _, logs, _ = run(t, true)
+	t.Logf("posGapOff: rejoins %d, logs %v", rejoins, logs)
+	if rejoins != 0 || slices.Equal(logs[2], logs[3]) {
+		t.Fatalf("posGapOff not caught: rejoins %d, logs %v", rejoins, logs)
+	}
+}
+
 // headChangedBed is a bed of three members, gap detection off with off,
 // whose head (1) answered w1 and crashed: member 2 heads the chain [2 3].
 func headChangedBed(t *testing.T, off bool) *chainBed {
 	t.Helper()
 	b := newChainBed(t, 1, 2, 3)
 	for _, c := range b.cores {
-		c.linkGapOff, c.epochGapOff = off, off
+		c.linkGapOff, c.epochGapOff, c.posGapOff = off, off, off
 	}
 	if err := b.propose(1, 7, 1, "w1"); err != nil {
 		t.Fatal(err)
@@ -968,7 +1042,7 @@ func headChangedBed(t *testing.T, off bool) *chainBed {
 func (b *chainBed) joinNew(t *testing.T, id uint64, members []uint64, length int, off bool) {
 	t.Helper()
 	j := b.addJoiner(t, id, members)
-	j.linkGapOff, j.epochGapOff = off, off
+	j.linkGapOff, j.epochGapOff, j.posGapOff = off, off, off
 	if err := b.master.Join(chain.NodeID(id), length); err != nil {
 		t.Fatal(err)
 	}

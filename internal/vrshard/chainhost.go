@@ -89,7 +89,6 @@ func openChainHost(opts *Options, boot core.Boot) (hostCore, error) {
 	}
 	c.commitLazy = mutation.On && opts.mut.chainCommitLazy
 	c.tailCommitLags = mutation.On && opts.mut.chainTailCommitLags
-	c.commitSyncOff = mutation.On && opts.mut.chainCommitSyncOff
 	c.auAtCommit = mutation.On && opts.mut.chainAUAtCommit
 	h := &chainHost{chainCore: c, viaMeta: len(o.Masters) > 0, followsMap: o.MastersFollowMap, local: o.LocalMaster}
 	h.setMasters(o.Masters)

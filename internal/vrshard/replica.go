@@ -383,9 +383,6 @@ type mutations struct {
 	// chainTailCommitLags: a chain tail saves its commit point as the
 	// others do (chainCore.tailCommitLags).
 	chainTailCommitLags bool
-	// chainCommitSyncOff: a chain log member never fsyncs its commit point
-	// after an idle spell (chainCore.commitSyncOff).
-	chainCommitSyncOff bool
 	// chainAUAtCommit: an AU chain's head answers async writes at commit,
 	// as under SU (chainCore.auAtCommit).
 	chainAUAtCommit bool
