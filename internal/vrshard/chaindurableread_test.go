@@ -26,6 +26,8 @@ import (
 // the tail is answered v2 as soon as the fsync is let go — woken by the
 // durable point rising, nothing new applied. Without the rule (R at the
 // commit point, the engine read as it is) every member answers v2 at once.
+// A transaction's start at the head waits too (its snapshot would lack v2
+// at the durable point, or hold it at the commit point).
 func TestChainAUSIReadsAtTheDurablePoint(t *testing.T) {
 	gate := newGatedFS(vfs.OS{}) // the tail's log fsyncs
 	var q versionQuery
@@ -68,6 +70,18 @@ func TestChainAUSIReadsAtTheDurablePoint(t *testing.T) {
 	if st := g.reps[0].Stats(); q.calls.Load() == 0 || st.ChainVersionFallbacks == 0 || st.ChainDurableWaits == 0 {
 		t.Fatalf("head stats %+v, %d version queries: want the version query, its wait for the durable point and its fallback", st, q.calls.Load())
 	}
+	// A transaction's start at the head: its snapshot pinned neither past
+	// the durable point nor before the answered write — it waits.
+	if _, ok := g.reps[0].TryTxBegin(); ok {
+		t.Fatal("TryTxBegin at the head pinned a snapshot while v2 is on no disk")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	if snap, err := g.reps[0].TxBegin(ctx, nil); err == nil {
+		v, _, _, _, _ := snap.Get([]byte("k"))
+		snap.Close()
+		t.Fatalf("TxBegin at the head while v2 is on no disk: a snapshot reading k = %q; want a wait", v)
+	}
+	cancel()
 	if res, err := g.chainReadAt(0, "other"); err != nil || string(res.Bulk) != "o" {
 		t.Fatalf("GET other (durable) at the head = %q, %v", res.Bulk, err)
 	}
@@ -104,5 +118,13 @@ func TestChainAUSIReadsAtTheDurablePoint(t *testing.T) {
 		if got := g.read(i, "k"); got != "v2" {
 			t.Fatalf("after: GET k at node %d = %q", i+1, got)
 		}
+	}
+	snap, err := g.reps[0].TxBegin(context.Background(), nil)
+	if err != nil {
+		t.Fatalf("TxBegin at the head after the fsync: %v", err)
+	}
+	defer snap.Close()
+	if v, _, _, _, err := snap.Get([]byte("k")); err != nil || string(v) != "v2" {
+		t.Fatalf("TxBegin at the head after the fsync: k = %q, %v; want v2", v, err)
 	}
 }
