@@ -737,6 +737,11 @@ func (m *Member) restart(msg Msg) {
 	// chain; a retry finds it in the client table).
 	m.acked, m.la = m.lu, m.lu
 	m.persistReq, m.persisted = max(m.persistReq, m.lu), max(m.persisted, m.lu)
+	// And at the durable point: no acknowledgement will come to move DA
+	// over it, and under AUSI a strong read serves only what DA covers
+	// (vrshard's chainCore.Ready), so without this every key of the history
+	// would wait for the next write.
+	m.da = max(m.da, m.durPoint())
 	m.becomeHead()
 	m.toMaster(Msg{Type: MsgRestartDone, Epoch: msg.Epoch})
 }

@@ -315,6 +315,9 @@ type Stats struct {
 	// once (the key clean there), sent to the tail (dirty there), waited
 	// for (dirty at the tail).
 	ChainClean, ChainToTail, ChainWaits uint64
+	// Under AUSI, the waits of a strong read for an update it read to
+	// reach the durable point (vrshard chainDurableRead).
+	ChainDurableWaits uint64
 	// The version query: dirty reads answered at the member at the tail's
 	// version, ones sent on whole after all (the query failed or the wait
 	// ran long), and queries this member answered as the tail.

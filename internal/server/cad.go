@@ -50,6 +50,8 @@ func (s *Server) cadCollectors() []prometheus.Collector {
 			func(st cluster.Stats) uint64 { return st.ChainToTail }),
 		counter("kefir_chain_reads_waited_total", "Strong reads this chain member (the tail, or one that knows no tail) answered once the update in flight to a key read was committed.",
 			func(st cluster.Stats) uint64 { return st.ChainWaits }),
+		counter("kefir_chain_reads_durable_waits_total", "Waits of this chain member's strong reads under AUSI for an update they read to reach the durable point (every log member persisted it): a value a power cut could still take is not served.",
+			func(st cluster.Stats) uint64 { return st.ChainDurableWaits }),
 		counter("kefir_chain_reads_version_total", "Strong reads this chain member answered from its own engine at the tail's version (CRAQ's version query): an update to a key read was in flight here.",
 			func(st cluster.Stats) uint64 { return st.ChainVersionReads }),
 		counter("kefir_chain_reads_version_fallbacks_total", "Strong reads this chain member sent to the tail after all: the version query failed (an older tail, no answer) or its apply lagged the tail's version too long.",

@@ -1204,9 +1204,17 @@ func (c *chainCore) Ready() core.Ready[chain.Msg] {
 	rd := c.out
 	c.out = core.Ready[chain.Msg]{}
 	// Nothing is acknowledged before it is committed: R is the commit
-	// point; eventual reads run until the master's lease ends.
-	rd.Readable, rd.EventualUntil = uint64(committed), c.EventualUntil()
+	// point; eventual reads run until the master's lease ends. Under AUSI
+	// a commit is every member holding the update, before any disk has
+	// it, so a strong read may serve only what is at the durable point
+	// (CAD's read rule; docs/design/chain.md, "Strong reads at the durable
+	// point"): R is DA, and a key with a committed update above it is not
+	// clean. Under SU DA moves with LA; AU serves no strong read.
 	rd.Durable = uint64(c.durableLen(hist))
+	rd.Readable, rd.EventualUntil = uint64(committed), c.EventualUntil()
+	if c.mcfg.Mode == chain.AUSI {
+		rd.Readable = rd.Durable
+	}
 	rd.Lease = c.readLease()
 	return rd
 }

@@ -221,6 +221,9 @@ func (r *Replica) chainRead(ctx context.Context, op kv.Op) (kv.Result, error) {
 		return kv.Result{}, r.toTail()
 	case out == chainWait:
 		r.st.chainWaits.Add(1)
+		if r.chainDurable() {
+			return r.chainDurableWait(ctx, op, need)
+		}
 		if err := r.waitApplied(ctx, need, r.opts.RequestTimeout); err != nil {
 			return kv.Result{}, err
 		}
@@ -232,7 +235,96 @@ func (r *Replica) chainRead(ctx context.Context, op kv.Op) (kv.Result, error) {
 	if err := r.linearizable(ctx, &op); err != nil {
 		return kv.Result{}, err
 	}
+	if r.chainDurable() {
+		return r.chainDurableWait(ctx, op, 0)
+	}
 	return r.readLocal(op)
+}
+
+// Strong reads at the durable point (AUSI; docs/design/chain.md, "Strong
+// reads at the durable point"). Under AUSI a commit is every member
+// holding an update in memory, before any disk has it: a value served at
+// the commit point could be taken by a power cut of every member after a
+// client read it (its write unanswered: a sync write is answered at the
+// durable point), and a later read would return the older value. So, as
+// CAD's reads, a strong read returns a value only once it is at the
+// durable point DA: R is DA there (chainCore.Ready), so a clean key's
+// latest update is durable already (chainTry), and every other path —
+// the wait at the tail, the version query's answer, the fallback without
+// a lease — reads the engine, which holds every committed update, and
+// serves what it read only if each update it showed is at most R, else
+// waits for R to pass it and reads again (chainDurableRead).
+
+// chainDurable reports whether this member's strong reads are held to the
+// durable point: a chain member under AUSI. Under SU DA moves with LA (the
+// engine never shows an update above it), and AU serves no strong read.
+func (r *Replica) chainDurable() bool {
+	co := r.opts.Chain
+	return co != nil && co.Mode == chain.AUSI
+}
+
+// chainDurableWait is chainDurableRead for the waits of chainRead, given
+// the request's timeout, failing as waitApplied does when it runs out.
+func (r *Replica) chainDurableWait(ctx context.Context, op kv.Op, need uint64) (kv.Result, error) {
+	res, done, err := r.chainDurableRead(ctx, op, need, r.opts.RequestTimeout)
+	if err != nil || done {
+		return res, err
+	}
+	if r.isLeader.Load() {
+		return kv.Result{}, ErrCannotServe
+	}
+	return kv.Result{}, r.redirect()
+}
+
+// chainDurableRead serves op from the engine once it applied need and
+// every update the engine showed the read is at the durable point R, within
+// d (done false: it ran out). The check comes after the engine read: every
+// update of a key at most engineTop (loaded after the read) and above R is
+// still in the update index (pruned at min(applied, R)), so the largest
+// (chainShown) bounds what the read returned. A hot key may make it read
+// again: each update it saw above R is one more wait for the disk.
+func (r *Replica) chainDurableRead(ctx context.Context, op kv.Op, need uint64, d time.Duration) (kv.Result, bool, error) {
+	deadline := time.Now().Add(d)
+	if done, err := r.untilApplied(ctx, need, d, nil); !done || err != nil {
+		return kv.Result{}, false, err
+	}
+	for {
+		res, err := r.readLocal(op)
+		if err != nil {
+			return kv.Result{}, true, err
+		}
+		top, R := r.engineTop.Load(), r.readable.Load()
+		shown := r.chainShown(&op, top, R)
+		if shown <= R {
+			return res, true, nil
+		}
+		r.st.chainDurableWaits.Add(1)
+		done, err := r.until(ctx, &r.readable, shown, time.Until(deadline), nil)
+		if !done || err != nil {
+			return kv.Result{}, false, err
+		}
+	}
+}
+
+// chainShown bounds the newest update of what op reads that an engine read
+// showing ops up to top returned, for the check against R: each key's
+// latest update at most top (keyUpdates.needAtMost), an op writing every
+// key (chainDirtyAll) if at most top, and top itself for a scan or an index
+// that does not know every op above R (after a restart, below a flush's
+// floor).
+func (r *Replica) chainShown(op *kv.Op, top, R uint64) uint64 {
+	var need uint64
+	if f := r.chainDirtyAll.Load(); f <= top {
+		need = f
+	}
+	keys := readKeys(op)
+	if keys == nil || !r.upd.complete(R) {
+		return max(need, top)
+	}
+	for _, k := range keys {
+		need = max(need, r.upd.needAtMost(k, top))
+	}
+	return need
 }
 
 // toTail is the error that sends a read dirty here to the tail: the front
@@ -314,15 +406,21 @@ func (r *Replica) chainVersionRead(ctx context.Context, op kv.Op) (res kv.Result
 	if r.applied.Load() < need {
 		r.st.chainVersionWaited.Add(1) // the acknowledgement still on its way here
 	}
-	done, err := r.untilApplied(ctx, need, wait, nil)
-	if err != nil {
+	var done bool
+	if r.chainDurable() {
+		// Under AUSI the engine may hold committed updates above v and
+		// above the durable point: served once durable.
+		res, done, err = r.chainDurableRead(ctx, op, need, wait)
+	} else if done, err = r.untilApplied(ctx, need, wait, nil); done && err == nil {
+		res, err = r.readLocal(op)
+	}
+	if err != nil && !done {
 		return kv.Result{}, true, err
 	}
 	if !done {
 		r.st.chainVersionFallbacks.Add(1)
 		return kv.Result{}, false, nil
 	}
-	res, err = r.readLocal(op)
 	if err == nil {
 		r.st.chainVersionReads.Add(1)
 		r.st.localReads.Add(1)
@@ -352,7 +450,9 @@ func (r *Replica) chainVersionRead(ctx context.Context, op kv.Op) (res kv.Result
 // — is never served: heldAtMost looks at ops up to v only (the mutation
 // chainHeldNewest serves the newest held one).
 func (r *Replica) chainHeldRead(op kv.Op, v uint64) (kv.Result, bool, error) {
-	if !r.opts.ChainHeldReads {
+	if !r.opts.ChainHeldReads || r.chainDurable() {
+		// Not under AUSI: a held update is not applied here, so it is
+		// above R (at most applied), and may not be durable yet.
 		return kv.Result{}, false, nil
 	}
 	key, one := oneKeyRead(&op)

@@ -1,6 +1,7 @@
 package vrshard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,6 +56,16 @@ func (r *Replica) chainTxBegin(ctx context.Context, key []byte) (*shard.TxSnap, 
 	op := txBeginRead
 	if err := r.linearizable(ctx, &op); err != nil {
 		return nil, err
+	}
+	if r.chainDurable() {
+		// Under AUSI the snapshot is pinned at R, the durable point
+		// (txSnap): wait until it covers what was applied, every update
+		// answered before the transaction began among it (a cad write is
+		// answered at commit, before DA; chainread.go, "Strong reads at
+		// the durable point").
+		if done, err := r.until(ctx, &r.readable, r.applied.Load(), r.opts.RequestTimeout, nil); err != nil || !done {
+			return nil, cmp.Or(err, ErrCannotServe)
+		}
 	}
 	return r.txSnap(key)
 }
@@ -118,6 +129,9 @@ func (r *Replica) TryTxBegin() (*shard.TxSnap, bool) {
 		// waits for it (TestChainTxBeginWhileAnUpdateIsInFlight).
 		if r.CheckConsistency(level.ConsLinearizable) != nil || !r.isLeader.Load() || !r.localLease() {
 			return nil, false
+		}
+		if r.chainDurable() && r.readable.Load() < r.applied.Load() {
+			return nil, false // AUSI: not all durable yet; chainTxBegin waits for it
 		}
 		snap, err := r.txSnap(nil)
 		return snap, err == nil

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/kefirdb/kefir/internal/chain"
@@ -633,7 +634,14 @@ func (r *Replica) waitApplied(ctx context.Context, idx uint64, limit time.Durati
 // Every wait is woken by notify (setApplied, publish), with one timer,
 // stopped on return.
 func (r *Replica) untilApplied(ctx context.Context, idx uint64, d time.Duration, check func() error) (bool, error) {
-	if r.applied.Load() >= idx {
+	return r.until(ctx, &r.applied, idx, d, check)
+}
+
+// until is untilApplied for any index the driver publishes and wakes
+// notify for when it rises: applied (setApplied), or a chain member's
+// readable index (publishReadable; chainDurableRead).
+func (r *Replica) until(ctx context.Context, at *atomic.Uint64, idx uint64, d time.Duration, check func() error) (bool, error) {
+	if at.Load() >= idx {
 		return true, nil
 	}
 	t := time.NewTimer(d)
@@ -650,7 +658,7 @@ func (r *Replica) untilApplied(ctx context.Context, idx uint64, d time.Duration,
 		r.notifyMu.Lock()
 		ch := r.notify
 		r.notifyMu.Unlock()
-		if r.applied.Load() >= idx {
+		if at.Load() >= idx {
 			return true, nil
 		}
 		if check != nil {
@@ -825,7 +833,7 @@ func (r *Replica) Stats() Stats {
 		SnapsLoaded: r.st.snapsLoaded.Load(), Forgets: r.st.forgets.Load(), NilextFast: r.st.nxFast.Load(), NilextFallbacks: r.st.nxFallbacks.Load(),
 		NilextSent: r.st.nxSent.Load(), NilextAcksSent: r.st.nxAcksSent.Load(), NilextSlowReads: r.st.nxSlowReads.Load(),
 		DurabilityWaits: r.st.durWaits.Load(), DurabilityRounds: r.st.durRounds.Load(), FollowerReads: r.st.followerReads.Load(),
-		FollowerRedirects: r.st.followerRedirects.Load(), ChainClean: r.st.chainClean.Load(), ChainToTail: r.st.chainToTail.Load(), ChainWaits: r.st.chainWaits.Load(), ChainVersionReads: r.st.chainVersionReads.Load(), ChainVersionFallbacks: r.st.chainVersionFallbacks.Load(), ChainVersionAnswers: r.st.chainVersionAnswers.Load(), ChainHeldReads: r.st.chainHeldReads.Load(), ChainVersionQueries: r.st.chainVersionQueries.Load(), ChainVersionWaited: r.st.chainVersionWaited.Load(), EarlyAcks: r.st.earlyAcks.Load(), OverlayReads: r.st.overlayReads.Load(),
+		FollowerRedirects: r.st.followerRedirects.Load(), ChainClean: r.st.chainClean.Load(), ChainToTail: r.st.chainToTail.Load(), ChainWaits: r.st.chainWaits.Load(), ChainDurableWaits: r.st.chainDurableWaits.Load(), ChainVersionReads: r.st.chainVersionReads.Load(), ChainVersionFallbacks: r.st.chainVersionFallbacks.Load(), ChainVersionAnswers: r.st.chainVersionAnswers.Load(), ChainHeldReads: r.st.chainHeldReads.Load(), ChainVersionQueries: r.st.chainVersionQueries.Load(), ChainVersionWaited: r.st.chainVersionWaited.Load(), EarlyAcks: r.st.earlyAcks.Load(), OverlayReads: r.st.overlayReads.Load(),
 		DeferredReads: r.st.durDeferred.Load(), TxEarlyAborts: r.st.earlyAborts.Load(), TxHolds: r.st.txHolds.Load(), TxHeldAborts: r.st.heldAborts.Load(), TxFreshReads: r.st.freshReads.Load(), ViewChanges: r.vt.viewChanges.Load(), LeaderChanges: r.vt.leaderChanges.Load(),
 		Depositions: r.vt.depositions.Load(), WritesRefusedNoLeader: r.vt.refused.Load(), ExpiredKeys: r.exp.deleted.Load()}
 }

@@ -1028,6 +1028,9 @@ type Replica struct {
 		// key clean here), sent to the tail (dirty here), waited for (dirty
 		// at the tail, or no tail known).
 		chainClean, chainToTail, chainWaits atomic.Uint64
+		// chainDurableWaits: waits of a strong read under AUSI for an
+		// update it read to reach the durable point (chainDurableRead).
+		chainDurableWaits atomic.Uint64
 		// The version query (chainVersionRead): a dirty read answered here
 		// at the tail's version; one sent on whole instead (the query
 		// failed — an older tail, none reachable — or the wait for this
@@ -2004,11 +2007,19 @@ func (r *Replica) handle(rd *core.Ready[peerMsg], urgent bool) error {
 		r.wal.addHardState(*rd.HardState)
 		r.lastHS = *rd.HardState
 	}
-	if r.chainCRAQ() && rd.Readable > r.chainCommitted.Load() {
+	if r.chainCRAQ() {
 		// Before this Ready's acknowledgements leave (below): what a tail
 		// answers a version query (ChainVersion) covers every op it has
-		// acknowledged. R is published only after the round.
-		r.chainCommitted.Store(rd.Readable)
+		// acknowledged. R is published only after the round. The commit
+		// point, not R: under AUSI R is the durable point, and a cad write
+		// is answered at commit, before it (chainDurableRead waits for it).
+		c := rd.Readable
+		if n := len(rd.Committed); n > 0 {
+			c = max(c, rd.Committed[n-1].Op)
+		}
+		if c > r.chainCommitted.Load() {
+			r.chainCommitted.Store(c)
+		}
 	}
 	// 2. Messages may leave before the fsync: the core withholds those that
 	// promise durability. Sending first overlaps the network with the disk.
@@ -2378,7 +2389,12 @@ func (r *Replica) publish() {
 // publishReadable publishes the readable index R and drops from the update
 // index the ops every reader may now see.
 func (r *Replica) publishReadable(R uint64) {
-	r.readable.Store(R)
+	if old := r.readable.Swap(R); R > old && r.chainDurable() {
+		// A read waiting for the durable point (chainDurableRead) is woken
+		// when R rises, which under AUSI an fsync's completion alone may
+		// do, with nothing new applied.
+		r.wake()
+	}
 	r.ctr.readable(R)
 	if !r.opts.FollowerReads && !r.isLeader.Load() && !r.chainCRAQ() {
 		// A follower that serves no read by R never learns one (the core

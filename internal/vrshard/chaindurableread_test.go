@@ -1,0 +1,130 @@
+package vrshard
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/chain"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/level"
+	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
+	"github.com/kefirdb/kefir/internal/vfs"
+)
+
+// TestChainAUSIReadsAtTheDurablePoint: under AUSI a strong read serves a
+// value only once it is at the durable point (docs/design/chain.md,
+// "Strong reads at the durable point"). A D-D-D chain under AUSI with the
+// version query on, the tail's log fsyncs held (gatedFS): a cad write of
+// k=v2 is answered at commit — every member holds it, no disk does. A
+// linearizable read of k at each member, through each path (the head and
+// the middle: dirty there, the version query, its wait for the durable
+// point, then sent to the tail; the tail: its wait), must answer neither
+// v2, which a power cut of every member could still take, nor v1, older
+// than a write answered before the read began: it waits. A read waiting at
+// the tail is answered v2 as soon as the fsync is let go — woken by the
+// durable point rising, nothing new applied. Without the rule (R at the
+// commit point, the engine read as it is) every member answers v2 at once.
+// A transaction's start at the head waits too (its snapshot would lack v2
+// at the durable point, or hold it at the commit point).
+func TestChainAUSIReadsAtTheDurablePoint(t *testing.T) {
+	gate := newGatedFS(vfs.OS{}) // the tail's log fsyncs
+	var q versionQuery
+	g := newModeChain(t, chain.AUSI, func(i int, o *Options) {
+		q.tune(i, o)
+		if i == 2 {
+			o.FS = gate
+		}
+	})
+	q.g.Store(g)
+	g.write(0, set("k", "v1"), shard.ReqID{Client: 5, Seq: 1})
+	g.write(0, set("other", "o"), shard.ReqID{Client: 5, Seq: 2})
+	g.caughtUp(1, 0)
+	g.caughtUp(2, 0)
+	for i := range 3 {
+		if got := g.read(i, "k"); got != "v1" {
+			t.Fatalf("before: GET k at node %d = %q", i+1, got)
+		}
+	}
+	gate.hold()
+	defer gate.release()
+	if err := g.writeOnce(0, set("k", "v2"), level.CAD, shard.ReqID{Client: 5, Seq: 3}, 2*time.Second); err != nil {
+		t.Fatalf("the cad write of v2 (answered at commit under AUSI): %v", err)
+	}
+	if !testgroup.Until(time.Second, time.Millisecond, func() bool { return gate.held.Load() > 0 }) {
+		t.Fatal("no fsync of the tail is held: v2 may be durable already")
+	}
+	for i := range 3 {
+		if !testgroup.Until(time.Second, 2*time.Millisecond, func() bool { return g.reps[i].Info().Applied >= g.reps[0].Info().Applied }) {
+			t.Fatalf("node %d did not apply v2", i+1)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		res, err := g.reps[i].Read(ctx, get("k"), level.ConsLinearizable, shard.Session{})
+		cancel()
+		if err == nil {
+			t.Fatalf("GET k at node %d while v2 is committed and on no disk = %q; want a wait (v2 is not durable, v1 is older than an answered write)", i+1, res.Bulk)
+		}
+		t.Logf("node %d: %v", i+1, err)
+	}
+	if st := g.reps[0].Stats(); q.calls.Load() == 0 || st.ChainVersionFallbacks == 0 || st.ChainDurableWaits == 0 {
+		t.Fatalf("head stats %+v, %d version queries: want the version query, its wait for the durable point and its fallback", st, q.calls.Load())
+	}
+	// A transaction's start at the head: its snapshot pinned neither past
+	// the durable point nor before the answered write — it waits.
+	if _, ok := g.reps[0].TryTxBegin(); ok {
+		t.Fatal("TryTxBegin at the head pinned a snapshot while v2 is on no disk")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	if snap, err := g.reps[0].TxBegin(ctx, nil); err == nil {
+		v, _, _, _, _ := snap.Get([]byte("k"))
+		snap.Close()
+		t.Fatalf("TxBegin at the head while v2 is on no disk: a snapshot reading k = %q; want a wait", v)
+	}
+	cancel()
+	if res, err := g.chainReadAt(0, "other"); err != nil || string(res.Bulk) != "o" {
+		t.Fatalf("GET other (durable) at the head = %q, %v", res.Bulk, err)
+	}
+	type answer struct {
+		res kv.Result
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		res, err := g.reps[2].Read(ctx, get("k"), level.ConsLinearizable, shard.Session{})
+		done <- answer{res, err}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case a := <-done:
+		t.Fatalf("GET k at the tail answered %q, %v before its fsync", a.res.Bulk, a.err)
+	default:
+	}
+	gate.release()
+	released := time.Now()
+	a := <-done
+	if a.err != nil || string(a.res.Bulk) != "v2" {
+		t.Fatalf("GET k at the tail after its fsync = %q, %v; want v2", a.res.Bulk, a.err)
+	}
+	if took := time.Since(released); took > time.Second {
+		t.Fatalf("the waiting read took %v after the fsync: not woken by the durable point", took)
+	}
+	if st := g.reps[2].Stats(); st.ChainDurableWaits == 0 {
+		t.Fatalf("tail stats %+v: want waits for the durable point", st)
+	}
+	for i := range 3 {
+		if got := g.read(i, "k"); got != "v2" {
+			t.Fatalf("after: GET k at node %d = %q", i+1, got)
+		}
+	}
+	snap, err := g.reps[0].TxBegin(context.Background(), nil)
+	if err != nil {
+		t.Fatalf("TxBegin at the head after the fsync: %v", err)
+	}
+	defer snap.Close()
+	if v, _, _, _, err := snap.Get([]byte("k")); err != nil || string(v) != "v2" {
+		t.Fatalf("TxBegin at the head after the fsync: k = %q, %v; want v2", v, err)
+	}
+}
