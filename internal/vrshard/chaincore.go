@@ -352,6 +352,9 @@ type chainConfig struct {
 	// truncateAtBoot (-tags mutations): no tentative suffix is kept
 	// (chainCore.tentative), the code before.
 	truncateAtBoot bool
+	// lostStateKeepsNumber (-tags mutations): a lost state's checkpoint
+	// keeps its number (openChain), the code before review34a.
+	lostStateKeepsNumber bool
 }
 
 // openChain starts a chain core from what the host's disk holds. The
@@ -447,8 +450,21 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		// without one it is unknown (0): the member reports lu 0, which a
 		// whole-chain restart compares by length (chain.Master's
 		// upToDate), and as a joiner asks its tail for a snapshot.
+		//
+		// Not after a lost state (the recovery mark of a crash in the
+		// middle of a paged snapshot): the engine then also holds pages of
+		// a newer state, records up to that snapshot's op, and a pre-copy
+		// of the log after the checkpoint would replay over them — the
+		// applier takes every op below the engine's newest version as
+		// already there (replayTo), and the writes since the checkpoint to
+		// keys outside the pages never reach the engine. The number stays
+		// unknown: the joiner asks for a snapshot (chain.Member's
+		// precopyReq: Any) and pages it again, and its restart report is
+		// compared by length, as before the number
+		// (TestChainRestartMidPagesAsksForASnapshot).
 		ccfg.BaseN = snap
 		switch {
+		case st.LostState && !(mutation.On && cfg.lostStateKeepsNumber):
 		case st.Snapshot.Number != 0:
 			ccfg.BaseSeq = st.Snapshot.Number
 		case len(ccfg.Log) > 0:

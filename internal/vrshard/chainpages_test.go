@@ -170,3 +170,110 @@ func pagedJoin(t *testing.T, moving bool) string {
 	}
 	return ""
 }
+
+// TestChainRestartMidPagesAsksForASnapshot (review34a): a member whose
+// restart crashed in the middle of a paged snapshot holds, besides its
+// checkpoint, pages of a newer state in its engine (records up to that
+// snapshot's op), and its disk is marked recovering (LostState). It must
+// page a snapshot again ("Paged snapshots": it recovers as a wiped member
+// does), never pre-copy the log after its checkpoint over the pages: its
+// applier takes every op below the engine's newest version as already there
+// (replayTo), so the writes since its checkpoint to keys outside the pages
+// would never reach its engine. Before checkpoints kept their last number
+// on disk the number was unknown after a lost state and the joiner asked for
+// a snapshot (Any); with the number it asks after it (the mutation
+// chainLostStateKeepsNumber, the merge of chaincp), and a tail that still
+// holds the log there — node 1, which never compacted, once node 3, the
+// tail that paged, failed too — sends the log: node 2 ends with stale
+// values.
+func TestChainRestartMidPagesAsksForASnapshot(t *testing.T) {
+	mutation.Require(t) // the afterHandle hook
+	if diff := restartMidPages(t, false); diff != "" {
+		t.Fatalf("after the restart mid-pages: %s", diff)
+	}
+	if diff := restartMidPages(t, true); diff == "" {
+		t.Fatal("chainLostStateKeepsNumber not caught: node 2 agrees with the head")
+	} else {
+		t.Logf("chainLostStateKeepsNumber caught: %s", diff)
+	}
+}
+
+// restartMidPages runs TestChainRestartMidPagesAsksForASnapshot's case,
+// with the mutation chainLostStateKeepsNumber or not, and returns the
+// first difference between node 2's engine and the head's ("" if none).
+func restartMidPages(t *testing.T, keepNumber bool) string {
+	const keys = 40
+	paged := make(chan struct{})
+	var stopped atomic.Bool
+	g := newChainGroupTuned(t, 0, func(i int, o *Options) {
+		o.Chain.SnapshotPage, o.Chain.PrecopyRate = 256, 4<<10
+		o.mut.chainLostStateKeepsNumber = keepNumber
+		switch i {
+		case 0: // the head keeps its whole log (its default checkpoints are far off)
+		case 1:
+			o.CheckpointOps = 8
+			o.mut.afterHandle = func(r *Replica) {
+				if r.pagesIn == 3 && stopped.CompareAndSwap(false, true) {
+					close(paged)
+					<-r.stop
+				}
+			}
+		case 2:
+			o.CheckpointOps, o.KeepTail = 16, 4
+		}
+	})
+	val := strings.Repeat("v", 100)
+	var seq uint64
+	w := func(k, n int) {
+		seq++
+		g.write(0, set(fmt.Sprint("k", k), fmt.Sprint(val, n)), shard.ReqID{Client: 5, Seq: seq})
+	}
+	for k := range keys {
+		w(k, k)
+	}
+	g.caughtUp(1, 0)
+	g.caughtUp(2, 0)
+	g.crash(1)
+	g.waitMembers(1, 3)
+	for n := range 120 { // the tail compacts far past node 2's log
+		w(n%keys, 1000+n)
+	}
+	g.caughtUp(2, 0)
+	g.restart(1) // rejoins on its disk: the tail sends it a paged snapshot
+	select {
+	case <-paged:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the joiner wrote no third page in 10 s")
+	}
+	g.crash(1)
+	g.crash(2) // the tail that paged: node 1, with its whole log, is the chain
+	g.waitMembers(1)
+	g.restart(1)
+	if !testgroup.Until(20*time.Second, 10*time.Millisecond, func() bool {
+		ms := slices.Sorted(slices.Values(g.master.Members()))
+		return slices.Equal(ms, []uint64{1, 2})
+	}) {
+		t.Fatalf("chain %v, want nodes 1 and 2", g.master.Members())
+	}
+	head := int(g.master.Members()[0] - 1)
+	seq++
+	g.write(head, set("last", "1"), shard.ReqID{Client: 5, Seq: seq})
+	g.caughtUp(1, 0)
+	g.caughtUp(0, 1)
+	value := func(i int, key string) string {
+		v, err := g.reps[i].db.Get([]byte(key))
+		if errors.Is(err, storage.ErrNotFound) {
+			return "(none)"
+		} else if err != nil {
+			t.Fatalf("%s at node %d: %v", key, i+1, err)
+		}
+		return fmt.Sprintf("%q@%d", v.Data, v.Version)
+	}
+	for k := range keys {
+		key := fmt.Sprint("k", k)
+		if got, want := value(1, key), value(0, key); got != want {
+			return fmt.Sprintf("%s at node 2 = %s, at node 1 %s", key, got, want)
+		}
+	}
+	return ""
+}

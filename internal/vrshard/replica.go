@@ -373,6 +373,10 @@ type mutations struct {
 	// chainCheckpointNoNumber: a checkpoint keeps no number of its last
 	// entry (core.Numberer: the code before).
 	chainCheckpointNoNumber bool
+	// chainLostStateKeepsNumber: a chain member restarting with its disk
+	// marked recovering (a crash mid-pages) takes its checkpoint's number
+	// (openChain), and so pre-copies the log after it over the pages.
+	chainLostStateKeepsNumber bool
 	// chainTruncateAtBoot: a chain member drops its log past its commit
 	// point at a restart or a rejoin, reporting only its committed prefix
 	// (chainCore.tentative: the code before).
