@@ -148,27 +148,31 @@ func pagedJoin(t *testing.T, moving bool) string {
 	}
 	// Every member's engine, key by key (each applied the same ops: the
 	// same values at the same versions).
-	value := func(i int, key string) string {
-		v, err := g.reps[i].db.Get([]byte(key))
-		if errors.Is(err, storage.ErrNotFound) {
-			return "(none)"
-		} else if err != nil {
-			t.Fatalf("%s at node %d: %v", key, i+1, err)
-		}
-		return fmt.Sprintf("%q@%d", v.Data, v.Version)
-	}
 	for i := 1; i < 3; i++ {
 		for k := range keys + counters {
 			key := fmt.Sprint("k", k)
 			if k >= keys {
 				key = fmt.Sprint("c", k-keys)
 			}
-			if got, want := value(i, key), value(0, key); got != want {
+			if got, want := g.engineValue(i, key), g.engineValue(0, key); got != want {
 				return fmt.Sprintf("%s at node %d = %s, at the head %s", key, i+1, got, want)
 			}
 		}
 	}
 	return ""
+}
+
+// engineValue is key's newest value and version in node i's engine, as
+// text ("(none)": not there), for comparing members' engines key by key.
+func (g *chainGroup) engineValue(i int, key string) string {
+	g.t.Helper()
+	v, err := g.reps[i].db.Get([]byte(key))
+	if errors.Is(err, storage.ErrNotFound) {
+		return "(none)"
+	} else if err != nil {
+		g.t.Fatalf("%s at node %d: %v", key, i+1, err)
+	}
+	return fmt.Sprintf("%q@%d", v.Data, v.Version)
 }
 
 // TestChainRestartMidPagesAsksForASnapshot (review34a): a member whose
@@ -260,18 +264,9 @@ func restartMidPages(t *testing.T, keepNumber bool) string {
 	g.write(head, set("last", "1"), shard.ReqID{Client: 5, Seq: seq})
 	g.caughtUp(1, 0)
 	g.caughtUp(0, 1)
-	value := func(i int, key string) string {
-		v, err := g.reps[i].db.Get([]byte(key))
-		if errors.Is(err, storage.ErrNotFound) {
-			return "(none)"
-		} else if err != nil {
-			t.Fatalf("%s at node %d: %v", key, i+1, err)
-		}
-		return fmt.Sprintf("%q@%d", v.Data, v.Version)
-	}
 	for k := range keys {
 		key := fmt.Sprint("k", k)
-		if got, want := value(1, key), value(0, key); got != want {
+		if got, want := g.engineValue(1, key), g.engineValue(0, key); got != want {
 			return fmt.Sprintf("%s at node 2 = %s, at node 1 %s", key, got, want)
 		}
 	}
