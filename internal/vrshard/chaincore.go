@@ -465,6 +465,7 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		ccfg.BaseN = snap
 		switch {
 		case st.LostState && !(mutation.On && cfg.lostStateKeepsNumber):
+			// unknown (0), as said above
 		case st.Snapshot.Number != 0:
 			ccfg.BaseSeq = st.Snapshot.Number
 		case len(ccfg.Log) > 0:
