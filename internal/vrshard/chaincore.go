@@ -355,6 +355,10 @@ type chainConfig struct {
 	// lostStateKeepsNumber (-tags mutations): a lost state's checkpoint
 	// keeps its number (openChain), the code before review34a.
 	lostStateKeepsNumber bool
+	// lostStateReplays (-tags mutations): a lost state with no checkpoint
+	// pre-copies the log over what its engine holds (openChain), the code
+	// before review34a.
+	lostStateReplays bool
 }
 
 // openChain starts a chain core from what the host's disk holds. The
@@ -472,7 +476,18 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 			ccfg.BaseSeq = ccfg.Log[0].Seq - 1
 		}
 	}
-	c.m, c.mcfg = chain.NewMember(ccfg, nopSM{}), ccfg
+	c.mcfg = ccfg
+	if st.LostState && snap == 0 && st.StateTop > 0 && !(mutation.On && cfg.lostStateReplays) {
+		// A lost state with no checkpoint whose engine holds records all
+		// the same: pages of a snapshot a crash cut short (a member that
+		// started on an empty disk), or what a lost engine kept. Its
+		// history is empty, and a pre-copy of the log from the start
+		// would replay over them as over a checkpoint (above): it asks
+		// for a snapshot (chain.Config.Paged). Only this member: a later
+		// rejoin's holds its history's state (c.mcfg).
+		ccfg.Paged = true
+	}
+	c.m = chain.NewMember(ccfg, nopSM{})
 	c.written, c.bootCommit, c.handed, c.savedCommit = snap+n, snap+n, snap, snap+n
 	return c, nil
 }

@@ -176,42 +176,50 @@ func (g *chainGroup) engineValue(i int, key string) string {
 }
 
 // TestChainRestartMidPagesAsksForASnapshot (review34a): a member whose
-// restart crashed in the middle of a paged snapshot holds, besides its
-// checkpoint, pages of a newer state in its engine (records up to that
-// snapshot's op), and its disk is marked recovering (LostState). It must
-// page a snapshot again ("Paged snapshots": it recovers as a wiped member
-// does), never pre-copy the log after its checkpoint over the pages: its
-// applier takes every op below the engine's newest version as already there
-// (replayTo), so the writes since its checkpoint to keys outside the pages
-// would never reach its engine. Before checkpoints kept their last number
-// on disk the number was unknown after a lost state and the joiner asked for
-// a snapshot (Any); with the number it asks after it (the mutation
-// chainLostStateKeepsNumber, the merge of chaincp), and a tail that still
-// holds the log there — node 1, which never compacted, once node 3, the
-// tail that paged, failed too — sends the log: node 2 ends with stale
-// values.
+// restart crashed in the middle of a paged snapshot holds pages of a newer
+// state in its engine (records up to that snapshot's op) besides what its
+// history accounts for (its checkpoint, or nothing on a disk it started
+// empty), and its disk is marked recovering (LostState). It must page a
+// snapshot again ("Paged snapshots": it recovers as a wiped member does),
+// never pre-copy the log after its history over the pages: its applier
+// takes every op below the engine's newest version as already there
+// (replayTo), so the writes to keys outside the pages would never reach
+// its engine. A tail that still holds that log — node 1, which never
+// compacted, once node 3, the tail that paged, failed too — sends it when
+// asked. With a checkpoint the joiner asked for a snapshot before
+// checkpoints kept their last number (unknown after a lost state); with it
+// it asked after it (the mutation chainLostStateKeepsNumber, the merge of
+// chaincp). With none it asked after nothing (the mutation
+// chainLostStateReplays, the code before review34a): node 2 ends with
+// stale values, or without keys.
 func TestChainRestartMidPagesAsksForASnapshot(t *testing.T) {
 	mutation.Require(t) // the afterHandle hook
-	if diff := restartMidPages(t, false); diff != "" {
-		t.Fatalf("after the restart mid-pages: %s", diff)
-	}
-	if diff := restartMidPages(t, true); diff == "" {
-		t.Fatal("chainLostStateKeepsNumber not caught: node 2 agrees with the head")
-	} else {
-		t.Logf("chainLostStateKeepsNumber caught: %s", diff)
+	for _, wiped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("wiped=%t", wiped), func(t *testing.T) {
+			if diff := restartMidPages(t, wiped, false); diff != "" {
+				t.Fatalf("after the restart mid-pages: %s", diff)
+			}
+			if diff := restartMidPages(t, wiped, true); diff == "" {
+				t.Fatal("the mutation is not caught: node 2 agrees with the head")
+			} else {
+				t.Logf("the mutation caught: %s", diff)
+			}
+		})
 	}
 }
 
-// restartMidPages runs TestChainRestartMidPagesAsksForASnapshot's case,
-// with the mutation chainLostStateKeepsNumber or not, and returns the
-// first difference between node 2's engine and the head's ("" if none).
-func restartMidPages(t *testing.T, keepNumber bool) string {
+// restartMidPages runs TestChainRestartMidPagesAsksForASnapshot's case —
+// node 2 back on its disk with a checkpoint, or on an empty one (wiped) —
+// with its mutation or not, and returns the first difference between node
+// 2's engine and node 1's ("" if none).
+func restartMidPages(t *testing.T, wiped, mutated bool) string {
 	const keys = 40
 	paged := make(chan struct{})
 	var stopped atomic.Bool
 	g := newChainGroupTuned(t, 0, func(i int, o *Options) {
 		o.Chain.SnapshotPage, o.Chain.PrecopyRate = 256, 4<<10
-		o.mut.chainLostStateKeepsNumber = keepNumber
+		o.mut.chainLostStateKeepsNumber = mutated && !wiped
+		o.mut.chainLostStateReplays = mutated && wiped
 		switch i {
 		case 0: // the head keeps its whole log (its default checkpoints are far off)
 		case 1:
@@ -243,7 +251,10 @@ func restartMidPages(t *testing.T, keepNumber bool) string {
 		w(n%keys, 1000+n)
 	}
 	g.caughtUp(2, 0)
-	g.restart(1) // rejoins on its disk: the tail sends it a paged snapshot
+	if wiped {
+		g.dirs[1] = t.TempDir() // node 2 comes back as a new node
+	}
+	g.restart(1) // the tail sends it a paged snapshot
 	select {
 	case <-paged:
 	case <-time.After(10 * time.Second):

@@ -377,6 +377,10 @@ type mutations struct {
 	// marked recovering (a crash mid-pages) takes its checkpoint's number
 	// (openChain), and so pre-copies the log after it over the pages.
 	chainLostStateKeepsNumber bool
+	// chainLostStateReplays: a chain member restarting with a lost state,
+	// no checkpoint and an engine holding records (a crash mid-pages on a
+	// disk it started empty) pre-copies the log over them (openChain).
+	chainLostStateReplays bool
 	// chainTruncateAtBoot: a chain member drops its log past its commit
 	// point at a restart or a rejoin, reporting only its committed prefix
 	// (chainCore.tentative: the code before).
@@ -1173,6 +1177,7 @@ func Open(opts Options) (*Replica, error) {
 	if !engineLost {
 		boot.Applied = r.app.mark
 	}
+	boot.StateTop = db.LastVersion()
 	if ws.snap.Op > 0 || len(ws.snap.Clients) > 0 {
 		s := ws.snap
 		boot.Snapshot = &s
