@@ -160,6 +160,11 @@ type Config struct {
 	// know: a snapshot written before hosts kept it, with no entry after).
 	BaseN   int
 	BaseSeq uint64
+	// Paged: a joiner's host holds state no history accounts for (after a
+	// lost state: pages of a snapshot a crash cut short): as after a page
+	// of its own (Member.paged), its pre-copy asks for a snapshot, which
+	// replaces that state, and it takes no RESTART or FLUSH before one.
+	Paged bool
 }
 
 // mutations are deliberate bugs the tests switch on to show that the
@@ -351,6 +356,7 @@ func NewMember(cfg Config, sm StateMachine) *Member {
 		m.persistReq, m.persisted, m.unbatched = m.lu, m.lu, 0
 		m.out = nil
 	}
+	m.paged = cfg.Members == nil && cfg.Paged
 	return m
 }
 

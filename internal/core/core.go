@@ -107,6 +107,12 @@ type Boot struct {
 	// point, written before it applies, is durable only with its next
 	// batch's fsync (vrshard chaincore.go).
 	Applied uint64
+	// StateTop is the newest version the state machine holds records of
+	// (the engine's; 0: it holds none). After a lost state it may hold
+	// records no op of the log accounts for — pages of a snapshot a crash
+	// cut short, or what a lost engine kept — which a core must not replay
+	// its history over (the chain core's joiner asks for a snapshot).
+	StateTop uint64
 }
 
 // SyncHinter is what a core offers a host that holds log batches for a

@@ -348,6 +348,13 @@ type chainConfig struct {
 	// truncateAtBoot (-tags mutations): no tentative suffix is kept
 	// (chainCore.tentative), the code before.
 	truncateAtBoot bool
+	// lostStateKeepsNumber (-tags mutations): a lost state's checkpoint
+	// keeps its number (openChain), the code before review34a.
+	lostStateKeepsNumber bool
+	// lostStateReplays (-tags mutations): a lost state with no checkpoint
+	// pre-copies the log over what its engine holds (openChain), the code
+	// before review34a.
+	lostStateReplays bool
 }
 
 // openChain starts a chain core from what the host's disk holds. The
@@ -443,15 +450,40 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		// without one it is unknown (0): the member reports lu 0, which a
 		// whole-chain restart compares by length (chain.Master's
 		// upToDate), and as a joiner asks its tail for a snapshot.
+		//
+		// Not after a lost state (the recovery mark of a crash in the
+		// middle of a paged snapshot): the engine then also holds pages of
+		// a newer state, records up to that snapshot's op, and a pre-copy
+		// of the log after the checkpoint would replay over them — the
+		// applier takes every op below the engine's newest version as
+		// already there (replayTo), and the writes since the checkpoint to
+		// keys outside the pages never reach the engine. The number stays
+		// unknown: the joiner asks for a snapshot (chain.Member's
+		// precopyReq: Any) and pages it again, and its restart report is
+		// compared by length, as before the number
+		// (TestChainRestartMidPagesAsksForASnapshot).
 		ccfg.BaseN = snap
 		switch {
+		case st.LostState && !(mutation.On && cfg.lostStateKeepsNumber):
+			// unknown (0), as said above
 		case st.Snapshot.Number != 0:
 			ccfg.BaseSeq = st.Snapshot.Number
 		case len(ccfg.Log) > 0:
 			ccfg.BaseSeq = ccfg.Log[0].Seq - 1
 		}
 	}
-	c.m, c.mcfg = chain.NewMember(ccfg, nopSM{}), ccfg
+	c.mcfg = ccfg
+	if st.LostState && snap == 0 && st.StateTop > 0 && !(mutation.On && cfg.lostStateReplays) {
+		// A lost state with no checkpoint whose engine holds records all
+		// the same: pages of a snapshot a crash cut short (a member that
+		// started on an empty disk), or what a lost engine kept. Its
+		// history is empty, and a pre-copy of the log from the start
+		// would replay over them as over a checkpoint (above): it asks
+		// for a snapshot (chain.Config.Paged). Only this member: a later
+		// rejoin's holds its history's state (c.mcfg).
+		ccfg.Paged = true
+	}
+	c.m = chain.NewMember(ccfg, nopSM{})
 	c.written, c.bootCommit, c.handed, c.savedCommit = snap+n, snap+n, snap, snap+n
 	return c, nil
 }

@@ -148,24 +148,137 @@ func pagedJoin(t *testing.T, moving bool) string {
 	}
 	// Every member's engine, key by key (each applied the same ops: the
 	// same values at the same versions).
-	value := func(i int, key string) string {
-		v, err := g.reps[i].db.Get([]byte(key))
-		if errors.Is(err, storage.ErrNotFound) {
-			return "(none)"
-		} else if err != nil {
-			t.Fatalf("%s at node %d: %v", key, i+1, err)
-		}
-		return fmt.Sprintf("%q@%d", v.Data, v.Version)
-	}
 	for i := 1; i < 3; i++ {
 		for k := range keys + counters {
 			key := fmt.Sprint("k", k)
 			if k >= keys {
 				key = fmt.Sprint("c", k-keys)
 			}
-			if got, want := value(i, key), value(0, key); got != want {
+			if got, want := g.engineValue(i, key), g.engineValue(0, key); got != want {
 				return fmt.Sprintf("%s at node %d = %s, at the head %s", key, i+1, got, want)
 			}
+		}
+	}
+	return ""
+}
+
+// engineValue is key's newest value and version in node i's engine, as
+// text ("(none)": not there), for comparing members' engines key by key.
+func (g *chainGroup) engineValue(i int, key string) string {
+	g.t.Helper()
+	v, err := g.reps[i].db.Get([]byte(key))
+	if errors.Is(err, storage.ErrNotFound) {
+		return "(none)"
+	} else if err != nil {
+		g.t.Fatalf("%s at node %d: %v", key, i+1, err)
+	}
+	return fmt.Sprintf("%q@%d", v.Data, v.Version)
+}
+
+// TestChainRestartMidPagesAsksForASnapshot (review34a): a member whose
+// restart crashed in the middle of a paged snapshot holds pages of a newer
+// state in its engine (records up to that snapshot's op) besides what its
+// history accounts for (its checkpoint, or nothing on a disk it started
+// empty), and its disk is marked recovering (LostState). It must page a
+// snapshot again ("Paged snapshots": it recovers as a wiped member does),
+// never pre-copy the log after its history over the pages: its applier
+// takes every op below the engine's newest version as already there
+// (replayTo), so the writes to keys outside the pages would never reach
+// its engine. A tail that still holds that log — node 1, which never
+// compacted, once node 3, the tail that paged, failed too — sends it when
+// asked. With a checkpoint the joiner asked for a snapshot before
+// checkpoints kept their last number (unknown after a lost state); with it
+// it asked after it (the mutation chainLostStateKeepsNumber, the merge of
+// chaincp). With none it asked after nothing (the mutation
+// chainLostStateReplays, the code before review34a): node 2 ends with
+// stale values, or without keys.
+func TestChainRestartMidPagesAsksForASnapshot(t *testing.T) {
+	mutation.Require(t) // the afterHandle hook
+	for _, wiped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("wiped=%t", wiped), func(t *testing.T) {
+			if diff := restartMidPages(t, wiped, false); diff != "" {
+				t.Fatalf("after the restart mid-pages: %s", diff)
+			}
+			if diff := restartMidPages(t, wiped, true); diff == "" {
+				t.Fatal("the mutation is not caught: node 2 agrees with the head")
+			} else {
+				t.Logf("the mutation caught: %s", diff)
+			}
+		})
+	}
+}
+
+// restartMidPages runs TestChainRestartMidPagesAsksForASnapshot's case —
+// node 2 back on its disk with a checkpoint, or on an empty one (wiped) —
+// with its mutation or not, and returns the first difference between node
+// 2's engine and node 1's ("" if none).
+func restartMidPages(t *testing.T, wiped, mutated bool) string {
+	const keys = 40
+	paged := make(chan struct{})
+	var stopped atomic.Bool
+	g := newChainGroupTuned(t, 0, func(i int, o *Options) {
+		o.Chain.SnapshotPage, o.Chain.PrecopyRate = 256, 4<<10
+		o.mut.chainLostStateKeepsNumber = mutated && !wiped
+		o.mut.chainLostStateReplays = mutated && wiped
+		switch i {
+		case 0: // the head keeps its whole log (its default checkpoints are far off)
+		case 1:
+			o.CheckpointOps = 8
+			o.mut.afterHandle = func(r *Replica) {
+				if r.pagesIn == 3 && stopped.CompareAndSwap(false, true) {
+					close(paged)
+					<-r.stop
+				}
+			}
+		case 2:
+			o.CheckpointOps, o.KeepTail = 16, 4
+		}
+	})
+	val := strings.Repeat("v", 100)
+	var seq uint64
+	w := func(k, n int) {
+		seq++
+		g.write(0, set(fmt.Sprint("k", k), fmt.Sprint(val, n)), shard.ReqID{Client: 5, Seq: seq})
+	}
+	for k := range keys {
+		w(k, k)
+	}
+	g.caughtUp(1, 0)
+	g.caughtUp(2, 0)
+	g.crash(1)
+	g.waitMembers(1, 3)
+	for n := range 120 { // the tail compacts far past node 2's log
+		w(n%keys, 1000+n)
+	}
+	g.caughtUp(2, 0)
+	if wiped {
+		g.dirs[1] = t.TempDir() // node 2 comes back as a new node
+	}
+	g.restart(1) // the tail sends it a paged snapshot
+	select {
+	case <-paged:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the joiner wrote no third page in 10 s")
+	}
+	g.crash(1)
+	g.crash(2) // the tail that paged: node 1, with its whole log, is the chain
+	g.waitMembers(1)
+	g.restart(1)
+	if !testgroup.Until(20*time.Second, 10*time.Millisecond, func() bool {
+		ms := slices.Sorted(slices.Values(g.master.Members()))
+		return slices.Equal(ms, []uint64{1, 2})
+	}) {
+		t.Fatalf("chain %v, want nodes 1 and 2", g.master.Members())
+	}
+	head := int(g.master.Members()[0] - 1)
+	seq++
+	g.write(head, set("last", "1"), shard.ReqID{Client: 5, Seq: seq})
+	g.caughtUp(1, 0)
+	g.caughtUp(0, 1)
+	for k := range keys {
+		key := fmt.Sprint("k", k)
+		if got, want := g.engineValue(1, key), g.engineValue(0, key); got != want {
+			return fmt.Sprintf("%s at node 2 = %s, at node 1 %s", key, got, want)
 		}
 	}
 	return ""

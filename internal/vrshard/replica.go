@@ -373,6 +373,14 @@ type mutations struct {
 	// chainCheckpointNoNumber: a checkpoint keeps no number of its last
 	// entry (core.Numberer: the code before).
 	chainCheckpointNoNumber bool
+	// chainLostStateKeepsNumber: a chain member restarting with its disk
+	// marked recovering (a crash mid-pages) takes its checkpoint's number
+	// (openChain), and so pre-copies the log after it over the pages.
+	chainLostStateKeepsNumber bool
+	// chainLostStateReplays: a chain member restarting with a lost state,
+	// no checkpoint and an engine holding records (a crash mid-pages on a
+	// disk it started empty) pre-copies the log over them (openChain).
+	chainLostStateReplays bool
 	// chainTruncateAtBoot: a chain member drops its log past its commit
 	// point at a restart or a rejoin, reporting only its committed prefix
 	// (chainCore.tentative: the code before).
@@ -1169,6 +1177,7 @@ func Open(opts Options) (*Replica, error) {
 	if !engineLost {
 		boot.Applied = r.app.mark
 	}
+	boot.StateTop = db.LastVersion()
 	if ws.snap.Op > 0 || len(ws.snap.Clients) > 0 {
 		s := ws.snap
 		boot.Snapshot = &s
