@@ -503,6 +503,11 @@ func (c *chainCore) Step(_ int64, m chain.Msg) {
 		// A repair's new configuration, which its order names (a master of
 		// a build before names none: learnt from the heartbeat answers).
 		c.orderedChain(m)
+	case chain.MsgTruncate:
+		c.orderedChain(m)
+		c.m.Step(m)
+		c.truncated(m)
+		return
 	case chain.MsgFlush:
 		// A join's new configuration, before the master's next heartbeat
 		// answer says so (Info.Leader).
@@ -794,6 +799,22 @@ func (c *chainCore) orderedChain(m chain.Msg) {
 	}
 	c.setChain(m.Members)
 	c.chainEpoch = m.Epoch
+}
+
+// truncated: a TRUNCATE (m) made this member, the old tail, stop
+// (Removed). The configuration at m's epoch, which m named with this
+// member last, loses it at the TRUNCATE_ACK, at the same epoch: it reports
+// that one. Otherwise a master restarting before it answered any heartbeat
+// since learnt the chain with the old tail in it — which serves nothing and
+// never fails — and repaired the chain towards it once the real tail
+// failed, a repair it never answers. Only a configuration known at m's own
+// epoch is cut so: an older one need not be the master's at m's epoch.
+func (c *chainCore) truncated(m chain.Msg) {
+	n := len(c.chain)
+	if c.status().State != chain.Removed || c.chainEpoch != m.Epoch || n < 2 || c.chain[n-1] != c.self {
+		return
+	}
+	c.chain = c.chain[:n-1]
 }
 
 func (c *chainCore) setChain(ms []chain.NodeID) {
