@@ -115,7 +115,7 @@ func (g *fakeGroup) transport(ctx context.Context, addr string, args [][]byte) (
 		}
 		g.asked = append(g.asked, fmt.Sprintf("%d:%v", e, ids))
 		if e >= 0 && e == g.epoch && g.pending != nil {
-			moved := &EpochMovedError{Group: 1, Expected: uint64(e), Epoch: uint64(g.epoch) + 1, Members: g.pending}
+			moved := &EpochMovedError{Group: 1, Expected: uint64(e), Epoch: uint64(g.epoch) + 1, Members: g.pending, Pending: true}
 			return resp.Value{Kind: resp.Error, Str: []byte(moved.Error())}, nil
 		}
 		if e >= 0 && e != g.epoch {
