@@ -861,6 +861,9 @@ func runClusterMembers(cmd string, args []string, stdout, stderr io.Writer) erro
 	// landed meanwhile (during the catch-up wait) is refused, not undone.
 	res, err := mv.Reconfigure(ctx, cur.Epoch, members)
 	if moved := (*cluster.EpochMovedError)(nil); errors.As(err, &moved) {
+		if moved.Pending {
+			return fmt.Errorf("%s: another change of the group is under way (to epoch %d, members %v, not committed yet; the command planned against epoch %d); nothing changed by this one: rerun the command once it settles", cmd, moved.Epoch, moved.Members, moved.Expected)
+		}
 		return fmt.Errorf("%s: the group changed while the command ran (now epoch %d, members %v; it planned against epoch %d); nothing changed: rerun the command to plan against the group as it is now", cmd, moved.Epoch, moved.Members, moved.Expected)
 	}
 	if err != nil {

@@ -311,7 +311,7 @@ func (m *Master) send(to NodeID, msg Msg) {
 		msg.Epoch = m.epoch
 	}
 	switch msg.Type {
-	case MsgCRHead, MsgCRMid, MsgCRTail, MsgRestart:
+	case MsgCRHead, MsgCRMid, MsgCRTail, MsgRestart, MsgTruncate:
 		// A repair's (or a restart's) order names the configuration it
 		// makes, at its epoch: the member that takes it knows the chain
 		// at that epoch and reports it in its heartbeats, from which a
@@ -321,7 +321,12 @@ func (m *Master) send(to NodeID, msg Msg) {
 		// with the old members, and the next master adopted them: members
 		// the repair had cut out were granted leases and served reads
 		// missing the writes the chain took since (the host simulation's
-		// AUSI D-Mb-D seed 299, AUSI D-D-D seed 501).
+		// AUSI D-Mb-D seed 299, AUSI D-D-D seed 501). A TRUNCATE names
+		// the configuration at its epoch before the old tail goes (the
+		// master drops it at TRUNCATE_ACK, at the same epoch): the old
+		// tail, once it stopped, reports it without itself (vrshard's
+		// chainCore), which a restarted master takes over the longer list
+		// at that epoch (chainmaster.Learner).
 		if msg.Members == nil {
 			msg.Members = slices.Clone(m.members)
 		}

@@ -600,7 +600,7 @@ func (m *Member) Step(msg Msg) {
 				// failed now. A repeat (the first, or the old tail's
 				// TRUNCATE_DONE, may have been lost) goes on again: the old
 				// tail answers it again.
-				m.send(m.succ, Msg{Type: MsgTruncate, Epoch: msg.Epoch})
+				m.send(m.succ, Msg{Type: MsgTruncate, Epoch: msg.Epoch, Members: msg.Members})
 				m.truncating = true
 			case !m.truncating:
 				// A repeat after the truncation ended here: the master did

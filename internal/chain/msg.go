@@ -56,7 +56,9 @@ const (
 	// (Refused: J restarted during its flush and never pre-copied since;
 	// the master aborts the join).
 	MsgFlushAck
-	// MsgTruncate: master → the tail's predecessor → the old tail.
+	// MsgTruncate: master → the tail's predecessor → the old tail (Members:
+	// the configuration at its epoch, the old tail still last, for the
+	// members' hosts to report; the core does not read it).
 	MsgTruncate
 	// MsgTruncateAck: the new tail → master (digest §7.5: the new tail, sent
 	// before any of its update acks).

@@ -351,7 +351,15 @@ func (l *Learner) Heard(hb chain.Msg) bool {
 	if hb.Epoch > l.epoch {
 		l.epoch, changed = hb.Epoch, true
 	}
-	if cfgEpoch > l.cfgEpoch && len(hb.Members) > 0 {
+	// At one epoch a master holds two configurations if it truncated the
+	// chain then: the old tail leaves at TRUNCATE_ACK, at the TRUNCATE's
+	// epoch. The later is the earlier without its last member (no other
+	// change leaves the epoch as it is, and a join never puts the joiner
+	// last), so a proper prefix at the learnt epoch is the newer — if the
+	// member said its configuration's epoch (a build before: guessed).
+	truncated := hb.ID > 0 && cfgEpoch == l.cfgEpoch && cfgEpoch > 0 && len(hb.Members) > 0 &&
+		len(hb.Members) < len(l.members) && slices.Equal(hb.Members, l.members[:len(hb.Members)])
+	if (cfgEpoch > l.cfgEpoch || truncated) && len(hb.Members) > 0 {
 		l.members, l.cfgEpoch, changed = slices.Clone(hb.Members), cfgEpoch, true
 	}
 	return changed

@@ -79,6 +79,32 @@ func TestLearnerTakesTheConfigurationsOwnEpoch(t *testing.T) {
 	}
 }
 
+// TestLearnerTakesTheTruncatedConfiguration: a truncation changes the
+// configuration at its own epoch — the master moves to e at TRUNCATE and
+// drops the old tail at TRUNCATE_ACK, still at e — so two members may
+// report two configurations at e: [1 2 4 3], answered before the ack, and
+// [1 2 4], after it. The later is the prefix; whichever the master hears
+// first, it learns [1 2 4], not the old tail (Removed: it serves nothing
+// and never fails, and a repair towards it never ends).
+func TestLearnerTakesTheTruncatedConfiguration(t *testing.T) {
+	hb := func(from chain.NodeID, epoch, cfgEpoch uint64, members ...chain.NodeID) chain.Msg {
+		return chain.Msg{Type: chain.MsgHeartbeat, From: from, Epoch: epoch, ID: cfgEpoch + 1, Members: members}
+	}
+	for _, first := range []bool{true, false} {
+		l := NewLearner([]chain.NodeID{1, 2, 3})
+		before, after := hb(1, 4, 5, 1, 2, 4, 3), hb(2, 4, 5, 1, 2, 4)
+		if !first {
+			before, after = after, before
+		}
+		l.Heard(before)
+		l.Heard(after)
+		l.Heard(hb(4, 5, 4, 1, 2, 4, 3))
+		if ms, e := l.Config(); !slices.Equal(ms, []chain.NodeID{1, 2, 4}) || e != 5 || !l.Done() {
+			t.Fatalf("learnt %v at %d (done %v), want [1 2 4] at 5", ms, e, l.Done())
+		}
+	}
+}
+
 // TestLostHistoryDetectsAWipedMember (a review finding): a member of the
 // chain restarted on a wiped disk as a member of the initial chain
 // (--bootstrap) comes back active with an empty log, its last update 0;

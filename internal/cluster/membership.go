@@ -66,12 +66,26 @@ type EpochMovedError struct {
 	Group           GroupID
 	Expected, Epoch uint64
 	Members         []uint64
+	// Pending: the change to Epoch is ordered from Expected, not committed
+	// yet (vr.EpochMovedError.Pending): the group is still at Expected,
+	// and may stay there if the change is lost in a view change. The text
+	// keeps the prefix an older client parses ("is at epoch"), and says
+	// so after it.
+	Pending bool
 }
+
+// epochPending is what the text of a Pending refusal says after the part
+// ParseEpochMoved reads.
+const epochPending = "another change is ordered and not committed yet (it may still be lost in a view change)"
 
 func (e *EpochMovedError) Error() string {
 	ms := make([]string, len(e.Members))
 	for i, id := range e.Members {
 		ms[i] = strconv.FormatUint(id, 10)
+	}
+	if e.Pending {
+		return fmt.Sprintf("EPOCHMOVED group %d is at epoch %d, members %s, not at epoch %d: %s; read its configuration again (KEFIR.GROUP CONFIG) once it commits and plan the change against it",
+			e.Group, e.Epoch, strings.Join(ms, ","), e.Expected, epochPending)
 	}
 	return fmt.Sprintf("EPOCHMOVED group %d is at epoch %d, members %s, not at epoch %d: another change came first; read its configuration again (KEFIR.GROUP CONFIG) and plan the change against it",
 		e.Group, e.Epoch, strings.Join(ms, ","), e.Expected)
@@ -92,6 +106,7 @@ func ParseEpochMoved(msg string) (*EpochMovedError, bool) {
 		}
 		e.Members = append(e.Members, id)
 	}
+	e.Pending = strings.Contains(msg, epochPending)
 	return &e, true
 }
 

@@ -54,6 +54,25 @@ func TestDecodeGroupConfig(t *testing.T) {
 	}
 }
 
+// -EPOCHMOVED reads back as it was written, a refusal naming a change
+// ordered and not committed yet (vr.EpochMovedError.Pending) included: its
+// text says the group is only moving there, after the part an older client
+// parses, which still reads it.
+func TestEpochMovedText(t *testing.T) {
+	for _, e := range []*EpochMovedError{
+		{Group: 3, Expected: 5, Epoch: 6, Members: []uint64{1, 2, 4}},
+		{Group: 3, Expected: 5, Epoch: 6, Members: []uint64{1, 2, 4}, Pending: true},
+	} {
+		got, ok := ParseEpochMoved(e.Error())
+		if !ok || !reflect.DeepEqual(got, e) {
+			t.Errorf("%q read back as %+v (%v), want %+v", e.Error(), got, ok, e)
+		}
+		if strings.Contains(e.Error(), "not committed") != e.Pending {
+			t.Errorf("%q: pending %v", e.Error(), e.Pending)
+		}
+	}
+}
+
 func TestParseMember(t *testing.T) {
 	for in, want := range map[string]Member{"4": {ID: 4}, " 4@h:1/h:2 ": {4, "h:1", "h:2"}} {
 		if got, err := ParseMember(in); err != nil || got != want {

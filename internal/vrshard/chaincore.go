@@ -535,6 +535,11 @@ func (c *chainCore) Step(_ int64, m chain.Msg) {
 		// A repair's new configuration, which its order names (a master of
 		// a build before names none: learnt from the heartbeat answers).
 		c.orderedChain(m)
+	case chain.MsgTruncate:
+		c.orderedChain(m)
+		c.m.Step(m)
+		c.truncated()
+		return
 	case chain.MsgFlush:
 		// A join's new configuration, before the master's next heartbeat
 		// answer says so (Info.Leader).
@@ -828,6 +833,24 @@ func (c *chainCore) orderedChain(m chain.Msg) {
 	c.chainEpoch = m.Epoch
 }
 
+// truncated: a TRUNCATE made this member, the old tail, stop (Removed:
+// only a truncation does, for good). A configuration that lists it last —
+// the TRUNCATE's own, or a heartbeat answer's sent before the master's
+// TRUNCATE_ACK, which may come after the TRUNCATE — loses it at that ack,
+// at the same epoch: it reports that one. Otherwise a master restarting
+// before it answered any heartbeat since learnt the chain with the old tail
+// in it — which serves nothing and never fails — and repaired the chain
+// towards it once the real tail failed, a repair it never answers. Only a
+// configuration known at the member's epoch (the truncation's, or later)
+// is cut so: an older one need not be the master's at that epoch.
+func (c *chainCore) truncated() {
+	n := len(c.chain)
+	if c.status().State != chain.Removed || c.chainEpoch < c.status().Epoch || n < 2 || c.chain[n-1] != c.self {
+		return
+	}
+	c.chain = c.chain[:n-1]
+}
+
 func (c *chainCore) setChain(ms []chain.NodeID) {
 	c.chain = c.chain[:0]
 	for _, id := range ms {
@@ -902,6 +925,7 @@ func (c *chainCore) heartbeatAnswer(m chain.Msg) {
 	if m.Epoch >= c.chainEpoch {
 		c.setChain(m.Members)
 		c.chainEpoch = m.Epoch
+		c.truncated()
 	}
 }
 

@@ -534,6 +534,51 @@ func TestChainRestartedMasterLearnsTheChain(t *testing.T) {
 	}
 }
 
+// TestChainRestartedMasterLearnsATruncation: a join past the chain's
+// length truncates the old tail (TRUNCATE at a new epoch; the master drops
+// it from its configuration at TRUNCATE_ACK, at the same epoch). A master
+// that restarts before answering any heartbeat since must learn the chain
+// without the old tail: Removed, it serves nothing and never fails, so a
+// master that counted it a member (its tail) would repair towards it —
+// which it never answers — once the real tail failed. The TRUNCATE names
+// its configuration (chain.Master.send); the old tail reports it without
+// itself, at its epoch (chainCore.truncated), which the learner takes over
+// the longer list at that epoch, heard first or not (chainmaster.Learner).
+func TestChainRestartedMasterLearnsATruncation(t *testing.T) {
+	b := newChainBed(t, 1, 2, 3)
+	if err := b.propose(1, 7, 1, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	b.pump()
+	b.joinNew(t, 4, []uint64{1, 2, 3}, 2, false)
+	if got := b.master.Members(); !slices.Equal(got, []chain.NodeID{1, 2, 4}) {
+		t.Fatalf("chain %v after the join and the truncation, want [1 2 4]", got)
+	}
+	if st := b.cores[3].status().State; st != chain.Removed {
+		t.Fatalf("the old tail 3 is %v, want removed", st)
+	}
+	// The master's answer to the old tail's last heartbeat before the
+	// TRUNCATE_ACK, at the truncation's epoch, with the old tail in it,
+	// arrives after the TRUNCATE (it came the other way round).
+	b.cores[3].Step(0, chain.Msg{Type: chain.MsgHeartbeat, From: bedMaster, To: 3, Epoch: b.master.Epoch(), Members: []chain.NodeID{1, 2, 4, 3}})
+	var beats []chain.Msg
+	b.captureBeats(&beats)
+	for _, id := range []uint64{1, 2, 3, 4} {
+		b.cores[id].beat = 1
+		b.cores[id].Tick(10)
+	}
+	b.pump()
+	for _, order := range [][]int{{0, 1, 2, 3}, {2, 3, 0, 1}, {3, 0, 1, 2}} {
+		l := chainmaster.NewLearner([]chain.NodeID{1, 2, 3})
+		for _, i := range order {
+			l.Heard(beats[i])
+		}
+		if ms, e := l.Config(); !slices.Equal(ms, []chain.NodeID{1, 2, 4}) || e != b.master.Epoch() || !l.Done() {
+			t.Fatalf("heartbeats %v in order %v: learnt %v at %d (done %v), want [1 2 4] at %d", beats, order, ms, e, l.Done(), b.master.Epoch())
+		}
+	}
+}
+
 // TestChainWipedMemberRejoinsAsAJoiner (a review finding): a member whose
 // disk lost its state (the host's LostState: a wiped directory) used to be
 // refused at start ("wipe the member…", which gave the same error). It

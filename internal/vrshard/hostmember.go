@@ -94,7 +94,7 @@ func (g hostedGroup) Reconfigure(ctx context.Context, epoch uint64, members []ui
 	m, err := g.r.Reconfigure(ctx, epoch, members)
 	var moved *vr.EpochMovedError
 	if errors.As(err, &moved) {
-		return kcluster.Membership{}, &kcluster.EpochMovedError{Expected: moved.Expected, Epoch: moved.Epoch, Members: moved.Members}
+		return kcluster.Membership{}, &kcluster.EpochMovedError{Expected: moved.Expected, Epoch: moved.Epoch, Members: moved.Members, Pending: moved.Pending}
 	}
 	if err != nil {
 		return kcluster.Membership{}, err

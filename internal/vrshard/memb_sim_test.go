@@ -262,7 +262,7 @@ func (n *hostNode) flushReconfs() {
 			for _, id := range moved.Members {
 				nodes = append(nodes, uint64(n.cl.node[id-1]+1))
 			}
-			n.replySlots(x.from, x.seq, resp.Value{Kind: resp.Error, Str: []byte((&kcluster.EpochMovedError{Group: x.g, Expected: moved.Expected, Epoch: moved.Epoch, Members: nodes}).Error())})
+			n.replySlots(x.from, x.seq, resp.Value{Kind: resp.Error, Str: []byte((&kcluster.EpochMovedError{Group: x.g, Expected: moved.Expected, Epoch: moved.Epoch, Members: nodes, Pending: moved.Pending}).Error())})
 		default:
 			n.replySlots(x.from, x.seq, resp.Value{Kind: resp.Error, Str: fmt.Appendf(nil,
 				"ERR KEFIR.GROUP RECONFIG GROUP %d to %v: %v (KEFIR.GROUP CONFIG GROUP %d tells whether the group moved)", x.g, x.ids, err, x.g)})
