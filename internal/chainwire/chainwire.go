@@ -115,9 +115,9 @@ func AppendBody(b []byte, m *chain.Msg) []byte {
 		// the master's messages) decodes as unnumbered.
 		b = binary.AppendUvarint(b, m.LinkInc)
 		b = binary.AppendUvarint(b, m.LinkSeq)
-		if m.Pos != 0 {
+		if m.Pos != 0 && m.Type == chain.MsgUpdate {
 			// An update's position, after the link numbering (a
-			// numbered message only: the host sets both).
+			// numbered update only: the host sets both).
 			b = binary.AppendUvarint(b, m.Pos)
 		}
 	}
@@ -195,7 +195,9 @@ func DecodeBody(typ uint8, body []byte, m *chain.Msg) error {
 		if d.Err == nil && (m.LinkInc == 0 || m.LinkSeq == 0) {
 			d.Err = ErrCorrupt
 		}
-		if d.Err == nil && len(d.B) > 0 {
+		if d.Err == nil && len(d.B) > 0 && m.Type == chain.MsgUpdate {
+			// Only an update has one: on any other message the bytes
+			// stay trailing (a corrupt body), as before positions.
 			if m.Pos = d.Uvarint(); d.Err == nil && m.Pos == 0 {
 				d.Err = ErrCorrupt
 			}

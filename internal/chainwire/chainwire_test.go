@@ -26,6 +26,9 @@ func samples() []chain.Msg {
 		}
 		m := full
 		m.Type = t
+		if t != chain.MsgUpdate {
+			m.Pos = 0 // an update's only
+		}
 		// A page of a paged snapshot, with and without the link numbering.
 		page := m
 		page.Snap = &chain.Snap{N: 40, Seq: 3, Data: []byte("page"), From: []byte("k1"), Next: []byte("k9"), More: true}
@@ -67,6 +70,8 @@ func TestRoundTrip(t *testing.T) {
 func TestDecodeRefuses(t *testing.T) {
 	m := chain.Msg{Type: chain.MsgAck, From: 1, To: 2, Seq: 3}
 	body := AppendBody(nil, &m)
+	u := chain.Msg{Type: chain.MsgUpdate, From: 1, To: 2, Seq: 3}
+	upd := AppendBody(nil, &u)
 	cases := []struct {
 		name string
 		fm   frame.Message
@@ -78,8 +83,9 @@ func TestDecodeRefuses(t *testing.T) {
 		{"truncated", frame.Message{Engine: frame.EngineChain, Type: uint8(chain.MsgAck), Body: body[:len(body)-1]}, ErrCorrupt},
 		{"trailing", frame.Message{Engine: frame.EngineChain, Type: uint8(chain.MsgAck), Body: append(body[:len(body):len(body)], 0)}, ErrCorrupt},
 		{"link seq 0", frame.Message{Engine: frame.EngineChain, Type: uint8(chain.MsgAck), Body: append(body[:len(body):len(body)], 5, 0)}, ErrCorrupt},
-		{"position 0", frame.Message{Engine: frame.EngineChain, Type: uint8(chain.MsgAck), Body: append(body[:len(body):len(body)], 5, 1, 0)}, ErrCorrupt},
-		{"trailing after the position", frame.Message{Engine: frame.EngineChain, Type: uint8(chain.MsgAck), Body: append(body[:len(body):len(body)], 5, 1, 7, 0)}, ErrCorrupt},
+		{"position 0", frame.Message{Engine: frame.EngineChain, Type: uint8(chain.MsgUpdate), Body: append(upd[:len(upd):len(upd)], 5, 1, 0)}, ErrCorrupt},
+		{"trailing after the position", frame.Message{Engine: frame.EngineChain, Type: uint8(chain.MsgUpdate), Body: append(upd[:len(upd):len(upd)], 5, 1, 7, 0)}, ErrCorrupt},
+		{"position on an ack", frame.Message{Engine: frame.EngineChain, Type: uint8(chain.MsgAck), Body: append(body[:len(body):len(body)], 5, 1, 7)}, ErrCorrupt},
 	}
 	for _, c := range cases {
 		if _, err := Decode(1, 2, []frame.Message{c.fm}); !errors.Is(err, c.want) {

@@ -1065,6 +1065,50 @@ func TestChainUpdatePositionFindsLostFirstMessages(t *testing.T) {
 	}
 }
 
+// TestChainUpdatePositionCountsTheCompactedPrefix: an update's position
+// (chain.Msg.Pos) and the receiver's check of it (lostUpdate) count the
+// compacted prefix, on both sides. Every member compacts its history after
+// three writes (a checkpoint), then two more flow down the chain: none is
+// taken for a gap. Counting only the entries held (the compacted prefix
+// forgotten at the receiver or at the sender) makes every member after the
+// head rejoin at the first update after a checkpoint, for as long as the
+// chain runs — which no simulation verdict catches (histories agree, the
+// writes stall), so this test holds it.
+func TestChainUpdatePositionCountsTheCompactedPrefix(t *testing.T) {
+	b := newChainBed(t, 1, 2, 3)
+	for i := uint64(1); i <= 3; i++ {
+		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.pump()
+	for _, id := range []uint64{1, 2, 3} {
+		if err := b.cores[id].Compact(3); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.cores[id].base(); got != 3 {
+			t.Fatalf("member %d compacted to %d, want 3: the scenario did not happen", id, got)
+		}
+	}
+	for i := uint64(4); i <= 5; i++ {
+		if err := b.propose(1, 7, i, fmt.Sprint("w", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.pump()
+	for _, id := range []uint64{2, 3} {
+		if c := b.cores[id]; c.rejoins != 0 || len(b.errs[id]) != 0 {
+			t.Fatalf("member %d: %d rejoins, errors %v; want none", id, c.rejoins, b.errs[id])
+		}
+		if got := b.cores[id].total(); got != 5 {
+			t.Fatalf("member %d holds %d positions, want 5", id, got)
+		}
+	}
+	if got := len(b.replies[1]); got != 5 {
+		t.Fatalf("%d writes answered, want 5", got)
+	}
+}
+
 // headChangedBed is a bed of three members, gap detection off with off,
 // whose head (1) answered w1 and crashed: member 2 heads the chain [2 3].
 func headChangedBed(t *testing.T, off bool) *chainBed {
