@@ -593,3 +593,37 @@ func TestRestartCheckpointOfTheNewerEpoch(t *testing.T) {
 		t.Fatalf("without the number: restarted from %d, k1 = %q: want the old head (1) and k1=v6 lost (the test shows nothing)", from, v)
 	}
 }
+
+// TestRestartSetsTheDurablePoint: the member a whole-chain restart carries
+// on from holds its history on its disk, and no acknowledgement will come
+// to move its durable point (DA) over it: RESTART sets DA to it. Under
+// AUSI the host serves strong reads only at DA (vrshard's chainCore.Ready),
+// so without it every key of the history would wait for the next write.
+func TestRestartSetsTheDurablePoint(t *testing.T) {
+	ids := []NodeID{1, 2, 3}
+	h := newHarness(ids, 3, 2, 0)
+	h.setup(AUSI, func(NodeID) Store { return Log })
+	putter(h)(6)
+	hist := map[NodeID][]Entry{}
+	for _, id := range ids {
+		hist[id] = h.members[id].History()
+		h.crash(id, true)
+	}
+	for _, id := range ids {
+		c := h.config(id)
+		c.Log = hist[id]
+		m := NewMember(c, newKV())
+		h.members[id], h.all[id] = m, m
+		s := m.Status()
+		h.master.Restarted(id, s.LU, s.Base+s.Log)
+	}
+	h.collect()
+	h.stabilize()
+	got := h.master.Members()
+	if len(got) != 1 {
+		t.Fatalf("restarted chain %v, want one member", got)
+	}
+	if s := h.members[got[0]].Status(); s.State != Active || s.LU == 0 || s.DA != s.LU {
+		t.Fatalf("the restarted member %d: state %v, LU %d, DA %d; want DA at LU", got[0], s.State, s.LU, s.DA)
+	}
+}

@@ -55,6 +55,13 @@ func TestChainAUSIReadsAtTheDurablePoint(t *testing.T) {
 	if !testgroup.Until(time.Second, time.Millisecond, func() bool { return gate.held.Load() > 0 }) {
 		t.Fatal("no fsync of the tail is held: v2 may be durable already")
 	}
+	// The tail's version is its commit point, not its durable point: v2
+	// was answered at commit, and a member that has not applied it yet
+	// must wait for it (at the durable point it would need only v1's op
+	// and serve v1, older than an answered write).
+	if v, err := g.reps[2].ChainVersion(g.reps[2].chainEpoch.Load()); err != nil || v < g.reps[0].applied.Load() {
+		t.Fatalf("the tail's version = %d, %v; want at least v2's op %d (answered at commit)", v, err, g.reps[0].applied.Load())
+	}
 	for i := range 3 {
 		if !testgroup.Until(time.Second, 2*time.Millisecond, func() bool { return g.reps[i].Info().Applied >= g.reps[0].Info().Applied }) {
 			t.Fatalf("node %d did not apply v2", i+1)
@@ -126,5 +133,71 @@ func TestChainAUSIReadsAtTheDurablePoint(t *testing.T) {
 	defer snap.Close()
 	if v, _, _, _, err := snap.Get([]byte("k")); err != nil || string(v) != "v2" {
 		t.Fatalf("TxBegin at the head after the fsync: k = %q, %v; want v2", v, err)
+	}
+}
+
+// TestChainAUSIHotKeyReadIsNotStarved: a strong read under AUSI waits for
+// the durable point at most once. A D-D-D chain under AUSI whose tail's
+// log fsyncs take 20 ms (gatedFS.delay), and a writer sending cad APPENDs
+// to one key back to back (each answered at commit, well before the fsync
+// that covers it): a linearizable read of the key at the tail finds an
+// update not yet durable, waits for the fsync covering it, and answers what
+// it read (the key's value at its read, committed then, durable now). Were
+// it to read again after the wait, it would find a newer update beyond the
+// durable point each time — the writer's next ones — and wait again, until
+// its deadline: starved for as long as the writes go on.
+func TestChainAUSIHotKeyReadIsNotStarved(t *testing.T) {
+	gate := newGatedFS(vfs.OS{}) // the tail's log fsyncs
+	g := newModeChain(t, chain.AUSI, func(i int, o *Options) {
+		if i == 2 {
+			o.FS = gate
+		}
+	})
+	g.write(0, set("k", "v"), shard.ReqID{Client: 5, Seq: 1})
+	g.caughtUp(2, 0)
+	gate.delay.Store(int64(20 * time.Millisecond))
+	defer gate.delay.Store(0)
+	stop := make(chan struct{})
+	writerDone := make(chan error, 1)
+	go func() {
+		seq := uint64(1)
+		for {
+			select {
+			case <-stop:
+				writerDone <- nil
+				return
+			default:
+			}
+			seq++
+			op := kv.Op{Kind: kv.KindAppend, Key: []byte("k"), Value: []byte("+")}
+			if err := g.writeOnce(0, op, level.CAD, shard.ReqID{Client: 6, Seq: seq}, 2*time.Second); err != nil {
+				writerDone <- err
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		if err := <-writerDone; err != nil {
+			t.Errorf("writer: %v", err)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond) // the writes under way
+	for n := range 5 {
+		before := g.reps[2].Stats().ChainDurableWaits
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		start := time.Now()
+		res, err := g.reps[2].Read(ctx, get("k"), level.ConsLinearizable, shard.Session{})
+		cancel()
+		waits := g.reps[2].Stats().ChainDurableWaits - before
+		if err != nil {
+			t.Fatalf("read %d of the hot key at the tail: %v after %v, %d waits for the durable point: starved by the writes", n, err, time.Since(start), waits)
+		}
+		if waits > 1 {
+			t.Fatalf("read %d of the hot key at the tail waited %d times for the durable point; want at most one", n, waits)
+		}
+		if len(res.Bulk) == 0 {
+			t.Fatalf("read %d: empty value", n)
+		}
 	}
 }

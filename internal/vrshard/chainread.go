@@ -281,29 +281,29 @@ func (r *Replica) chainDurableWait(ctx context.Context, op kv.Op, need uint64) (
 // d (done false: it ran out). The check comes after the engine read: every
 // update of a key at most engineTop (loaded after the read) and above R is
 // still in the update index (pruned at min(applied, R)), so the largest
-// (chainShown) bounds what the read returned. A hot key may make it read
-// again: each update it saw above R is one more wait for the disk.
+// (chainShown) bounds what the read returned. If it is above R, the read
+// waits for R to pass it and answers what it read — not a second read: that
+// value was committed at the read, which came after every write answered
+// before the read began (need), and is durable once R passed it; a second
+// read of a hot key would find the next update above R each time and wait
+// until its deadline (TestChainAUSIHotKeyReadIsNotStarved).
 func (r *Replica) chainDurableRead(ctx context.Context, op kv.Op, need uint64, d time.Duration) (kv.Result, bool, error) {
 	deadline := time.Now().Add(d)
 	if done, err := r.untilApplied(ctx, need, d, nil); !done || err != nil {
 		return kv.Result{}, false, err
 	}
-	for {
-		res, err := r.readLocal(op)
-		if err != nil {
-			return kv.Result{}, true, err
-		}
-		top, R := r.engineTop.Load(), r.readable.Load()
-		shown := r.chainShown(&op, top, R)
-		if shown <= R {
-			return res, true, nil
-		}
+	res, err := r.readLocal(op)
+	if err != nil {
+		return kv.Result{}, true, err
+	}
+	top, R := r.engineTop.Load(), r.readable.Load()
+	if shown := r.chainShown(&op, top, R); shown > R {
 		r.st.chainDurableWaits.Add(1)
-		done, err := r.until(ctx, &r.readable, shown, time.Until(deadline), nil)
-		if !done || err != nil {
+		if done, err := r.until(ctx, &r.readable, shown, time.Until(deadline), nil); !done || err != nil {
 			return kv.Result{}, false, err
 		}
 	}
+	return res, true, nil
 }
 
 // chainShown bounds the newest update of what op reads that an engine read
