@@ -454,10 +454,7 @@ func newMaster(cfg Config, now func() time.Time) (*Master, error) {
 		// while the chain is repaired around it.
 		return nil, fmt.Errorf("chainmaster: node %d: the failure timeout %v must exceed the members' lease %v", cfg.Self, cfg.FailAfter, cfg.Lease)
 	}
-	ids := make([]chain.NodeID, len(cfg.Members))
-	for i, id := range cfg.Members {
-		ids[i] = chain.NodeID(id)
-	}
+	ids := nodeIDs(cfg.Members)
 	if cfg.ResendAfter <= 0 {
 		cfg.ResendAfter = DefaultResendAfter
 	}
@@ -848,10 +845,7 @@ func (x *Master) grant(hb chain.Msg, now time.Time) {
 	if slices.Contains(x.committed.Members, uint64(hb.From)) {
 		x.granted[uint64(hb.From)] = now
 	}
-	ms := make([]chain.NodeID, len(x.committed.Members))
-	for i, id := range x.committed.Members {
-		ms[i] = chain.NodeID(id)
-	}
+	ms := nodeIDs(x.committed.Members)
 	x.send(chain.Msg{Type: chain.MsgHeartbeat, To: hb.From,
 		Seq: hb.Seq, Epoch: x.committed.Epoch, Members: ms, Token: x.cfg.Mode.Wire()})
 }
@@ -921,10 +915,7 @@ func (x *Master) lead() (bool, time.Time) {
 	// would never grant a lease: it records the newest configuration a
 	// member reports, at the highest epoch reported, first (a Learner of
 	// the reports, in node order).
-	given := make([]chain.NodeID, len(x.cfg.Members))
-	for i, id := range x.cfg.Members {
-		given[i] = chain.NodeID(id)
-	}
+	given := nodeIDs(x.cfg.Members)
 	l := NewLearner(given)
 	for _, id := range slices.Sorted(maps.Keys(x.reports)) {
 		l.Heard(x.reports[id])
@@ -963,10 +954,7 @@ func (x *Master) lead() (bool, time.Time) {
 		// places that left: Dropped), which countFromMap counts.
 		x.readWants()
 	}
-	ids := make([]chain.NodeID, len(cc.Members))
-	for i, id := range cc.Members {
-		ids[i] = chain.NodeID(id)
-	}
+	ids := nodeIDs(cc.Members)
 	// The record's joiner is not resumed: its pre-copy or flush is the old
 	// master's, unknown here. It is outside the chain (or a member that
 	// says it is not a replica, failed on its heartbeat) and is joined
@@ -1319,6 +1307,16 @@ func (x *Master) countWant(members []uint64) {
 }
 
 // chainIDs is ids as uint64s.
+// nodeIDs is chainIDs' inverse: the map's and the record's ids as the
+// core's.
+func nodeIDs(ids []uint64) []chain.NodeID {
+	out := make([]chain.NodeID, len(ids))
+	for i, id := range ids {
+		out[i] = chain.NodeID(id)
+	}
+	return out
+}
+
 func chainIDs(ids []chain.NodeID) []uint64 {
 	out := make([]uint64, len(ids))
 	for i, id := range ids {
