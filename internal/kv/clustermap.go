@@ -71,7 +71,9 @@ import (
 //	                  that hosts nothing): refused while a group has it as
 //	                  a member or joining chain member, or it is a member
 //	                  of the metadata group; a chain's Leaving and Dropped
-//	                  lose it; a node the map does not have is a no-op. The metadata group's members
+//	                  lose it; its id joins RemovedNodes, and an add of
+//	                  that id is refused from then on (ids are never
+//	                  reused); a node the map does not have is a no-op. The metadata group's members
 //	                  are fixed in the map (Meta) first, so that taking a
 //	                  node out never moves DefaultMetaMembers' choice.
 //	KindMapSetMembers Key: a group's members (AppendMapMembers: group, VR
@@ -143,6 +145,14 @@ type ClusterMap struct {
 	// node's map may be one added after that map), and no new group
 	// takes such an id.
 	Removed []uint64 `json:",omitempty"`
+	// RemovedNodes are the ids of the nodes taken out of the map
+	// (KindMapAddNode with MapNodeRemove), ascending: no node is added
+	// again under such an id. A node's id names its replicas everywhere
+	// (groups' members, chains' records and dropped lists, the peers'
+	// tables); a new machine under an old id would be taken for the old
+	// one's restarted replicas, and an old machine's directory that comes
+	// back under it would be taken for a member of the cluster.
+	RemovedNodes []uint64 `json:",omitempty"`
 }
 
 // MetaGroup is the metadata group's id (cluster.MetaGroupID): its members
@@ -327,6 +337,11 @@ func (m *ClusterMap) Check() error {
 			return fmt.Errorf("cluster map: the metadata group's member %d is not a node of the map", id)
 		}
 	}
+	for _, id := range m.RemovedNodes {
+		if nodes[id] {
+			return fmt.Errorf("cluster map: node %d is both in the map and removed from it", id)
+		}
+	}
 	for s, o := range owner {
 		if o == 0 {
 			return fmt.Errorf("cluster map: slot %d has no owner at epoch %d", s, m.Epoch)
@@ -387,7 +402,8 @@ func AppendClusterMap(b []byte, m *ClusterMap) []byte {
 			dropped = append(dropped, g)
 		}
 	}
-	markedOn := len(marked) > 0 || len(dropped) > 0
+	droppedOn := len(dropped) > 0 || len(m.RemovedNodes) > 0
+	markedOn := len(marked) > 0 || droppedOn
 	wantsOn := len(wants) > 0 || markedOn
 	chainsOn := len(chains) > 0 || wantsOn
 	removedOn := len(m.Removed) > 0 || chainsOn
@@ -448,13 +464,20 @@ func AppendClusterMap(b []byte, m *ClusterMap) []byte {
 	}
 	// Then the chain groups' dropped members, when one has any: a map
 	// whose chains never lost a member to a failure encodes as before
-	// (an older build cannot read one that has: the same rule).
-	if len(dropped) > 0 {
+	// (an older build cannot read one that has: the same rule). A count
+	// of 0: none, written only when removed nodes follow.
+	if droppedOn {
 		b = binary.AppendUvarint(b, uint64(len(dropped)))
 		for _, g := range dropped {
 			b = binary.AppendUvarint(b, g.ID)
 			b = appendIDs(b, g.Dropped)
 		}
+	}
+	// Then the ids of the nodes taken out of the map, when there are any
+	// (a map that never lost a node encodes as before; one that has is
+	// not readable by a build before this section: the same rule).
+	if len(m.RemovedNodes) > 0 {
+		b = appendIDs(b, m.RemovedNodes)
 	}
 	return b
 }
@@ -580,8 +603,8 @@ func DecodeClusterMap(b []byte) (*ClusterMap, error) {
 	}
 	if d.Err == nil && len(d.B) > 0 {
 		n := count()
-		if n == 0 && d.Err == nil {
-			d.Err = ErrCorrupt
+		if n == 0 && d.Err == nil && len(d.B) == 0 {
+			d.Err = ErrCorrupt // a count of 0 only before removed nodes
 		}
 		for range n {
 			g, ok := m.Group(d.Uvarint())
@@ -594,6 +617,19 @@ func DecodeClusterMap(b []byte) (*ClusterMap, error) {
 			} else if d.Err == nil {
 				d.Err = ErrCorrupt
 			}
+		}
+	}
+	if d.Err == nil && len(d.B) > 0 {
+		n := count()
+		for range n {
+			id := d.Uvarint()
+			if len(m.RemovedNodes) > 0 && id <= m.RemovedNodes[len(m.RemovedNodes)-1] && d.Err == nil {
+				d.Err = ErrCorrupt // ascending, each once
+			}
+			m.RemovedNodes = append(m.RemovedNodes, id)
+		}
+		if n == 0 && d.Err == nil {
+			d.Err = ErrCorrupt // the last section: written only when it has an id
 		}
 	}
 	if d.Err != nil || len(d.B) != 0 {
@@ -640,6 +676,9 @@ func removeNode(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	n := m.clone()
 	n.Meta = slices.Clone(m.MetaMembers())
 	n.Nodes = slices.Delete(slices.Clone(m.Nodes), i, i+1)
+	// The id is never given again (addNode refuses it).
+	n.RemovedNodes = append(n.RemovedNodes, nd.ID)
+	slices.Sort(n.RemovedNodes)
 	for j := range n.Groups {
 		// A chain's place it left by failure is no longer its: the
 		// operator took the node out of the cluster. Nor is a chain's
@@ -889,6 +928,9 @@ func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 				return nil, epoch, nil
 			}
 			return nil, Result{}, errMap("node %d is in the map with other addresses (%s, %s)", nd.ID, m.Nodes[i].ClientAddr, m.Nodes[i].PeerAddr)
+		}
+		if _, gone := slices.BinarySearch(m.RemovedNodes, nd.ID); gone {
+			return nil, Result{}, errMap("node %d was removed from the cluster, and a removed node's id is never used again: start the new node with another --id", nd.ID)
 		}
 		n := m.clone()
 		n.Nodes = append(n.Nodes, nd)
@@ -1227,7 +1269,7 @@ func rangesOf(slots []uint16) []SlotRange {
 // clone returns a deep copy of m (ops never change a decoded map in place).
 func (m *ClusterMap) clone() *ClusterMap {
 	n := &ClusterMap{Epoch: m.Epoch, Nodes: slices.Clone(m.Nodes), Moves: slices.Clone(m.Moves), Meta: slices.Clone(m.Meta), MetaEpoch: m.MetaEpoch,
-		Removed: slices.Clone(m.Removed)}
+		Removed: slices.Clone(m.Removed), RemovedNodes: slices.Clone(m.RemovedNodes)}
 	for _, g := range m.Groups {
 		n.Groups = append(n.Groups, MapGroup{ID: g.ID, Members: slices.Clone(g.Members), Slots: slices.Clone(g.Slots), MemberEpoch: g.MemberEpoch, Engine: g.Engine,
 			Joining: slices.Clone(g.Joining), Leaving: slices.Clone(g.Leaving), Dropped: slices.Clone(g.Dropped)})

@@ -802,7 +802,7 @@ func TestMapRemembersTheChainsDroppedMembers(t *testing.T) {
 // written when it or a later one has something, decode to the same map in
 // every combination (and encode again to the same bytes).
 func TestClusterMapCodecOptionalSections(t *testing.T) {
-	for mask := range 64 {
+	for mask := range 128 {
 		c := testMap()
 		if mask&1 != 0 {
 			c.Groups[0].MemberEpoch = 3
@@ -826,6 +826,10 @@ func TestClusterMapCodecOptionalSections(t *testing.T) {
 			c.Groups[1].Engine = EngineChain
 			c.Groups[1].Dropped = []uint64{4, 2}
 		}
+		if mask&64 != 0 {
+			// Nodes taken out of the map: last of all.
+			c.RemovedNodes = []uint64{7, 12}
+		}
 		enc := AppendClusterMap(nil, c)
 		got, err := DecodeClusterMap(enc)
 		if err != nil {
@@ -834,7 +838,7 @@ func TestClusterMapCodecOptionalSections(t *testing.T) {
 		if got.Groups[0].MemberEpoch != c.Groups[0].MemberEpoch || !slices.Equal(got.Meta, c.Meta) || got.MetaEpoch != c.MetaEpoch ||
 			!slices.Equal(got.Removed, c.Removed) || got.Groups[1].IsChain() != c.Groups[1].IsChain() || got.Groups[0].IsChain() ||
 			!slices.Equal(got.Groups[1].Joining, c.Groups[1].Joining) || !slices.Equal(got.Groups[1].Leaving, c.Groups[1].Leaving) ||
-			!slices.Equal(got.Groups[1].Dropped, c.Groups[1].Dropped) {
+			!slices.Equal(got.Groups[1].Dropped, c.Groups[1].Dropped) || !slices.Equal(got.RemovedNodes, c.RemovedNodes) {
 			t.Fatalf("mask %04b: round trip %+v, want %+v", mask, got, c)
 		}
 		if again := AppendClusterMap(nil, got); !slices.Equal(again, enc) {
@@ -965,6 +969,19 @@ func TestClusterMapRemoveNode(t *testing.T) {
 	}
 	if res, err := remove(5); err != nil || res.Version != 0 || res.Int != int64(after.Epoch) {
 		t.Fatalf("remove node 5 again: %+v %v", res, err)
+	}
+	// Its id is never given again: with these addresses or others, the add
+	// is refused and the map stays as it was.
+	if !slices.Equal(after.RemovedNodes, []uint64{5}) || after.Check() != nil {
+		t.Fatalf("removed nodes after removing node 5: %v (check %v)", after.RemovedNodes, after.Check())
+	}
+	for _, nd := range []MapNode{{5, "127.0.0.1:5", "127.0.0.1:15"}, {5, "127.0.0.1:55", "127.0.0.1:155"}} {
+		if _, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, nd)}); !errors.Is(err, ErrSlotTransition) || !strings.Contains(err.Error(), "never used again") {
+			t.Fatalf("removed node 5 added again as %+v: %v", nd, err)
+		}
+	}
+	if again := readMap(t, m); again.Epoch != after.Epoch || slices.Contains(again.NodeIDs(), 5) {
+		t.Fatalf("a refused add changed the map: %+v", again)
 	}
 	// A node in a group (testMap's groups are on nodes 1-3): add group 3
 	// on node 4 and the removal is refused.
