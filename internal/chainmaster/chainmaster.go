@@ -699,7 +699,7 @@ func (x *Master) step(msgs []chain.Msg) {
 		// What it holds: a node left out of a whole-chain restart
 		// (RestartWithout) is joined only if it holds no more than the
 		// chain restarted from.
-		x.m.Restarted(msg.From, msg.LU, int(msg.LA))
+		x.m.Restarted(msg.From, msg.LU, int(msg.LA), msg.Any)
 		if !x.m.Busy() {
 			// A node outside the chain that is not a replica: a restarted
 			// member (or a new node) waiting to be joined.
@@ -723,12 +723,13 @@ func (x *Master) step(msgs []chain.Msg) {
 
 // restarted takes the heartbeat of a restarted member (not a replica) while
 // every member of the chain has failed: what it holds (LU, and its
-// history's length in LA) is its report to the core, which restarts the
-// chain from the longest history once every member that may hold it has
-// reported (chain.Master.Restarted). The chain then has one member; the
+// history's length in LA; Any: its host holds pages of a snapshot it had not
+// finished taking, no history's state) is its report to the core, which
+// restarts the chain from the longest history once every member that may
+// hold it has reported (chain.Master.Restarted). The chain then has one member; the
 // others are joined to it as any restarted member.
 func (x *Master) restarted(hb chain.Msg, now time.Time) {
-	if !x.m.Restarted(hb.From, hb.LU, int(hb.LA)) {
+	if !x.m.Restarted(hb.From, hb.LU, int(hb.LA), hb.Any) {
 		return
 	}
 	for _, id := range x.m.Members() {
