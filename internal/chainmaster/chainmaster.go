@@ -33,10 +33,12 @@
 //     FailAfter it only listens to heartbeats — it answers none, joins
 //     nobody, fails nobody — and adopts the newest configuration a member
 //     reports (each heartbeat names its configuration's epoch: Learner)
-//     at the highest epoch any member reports, if above its own; it ends
-//     early once every member of the configuration it holds has reported
-//     none newer. Its orders then carry an epoch above every
-//     member's it heard. The members refuse a repair order or a heartbeat
+//     at the highest epoch any member reports, if above its own (one
+//     above it if no member reported the configuration of that epoch,
+//     failing the members below it rather than leasing them:
+//     Learner.Unheard); it ends early once every member of the
+//     configuration it holds has reported none newer. Its orders then
+//     carry an epoch above every member's it heard. The members refuse a repair order or a heartbeat
 //     answer from an epoch below their own, so a master still holding a
 //     stale configuration can neither rewire the chain nor grant a lease.
 //     (Residual: a configuration only unheard members know — every member
