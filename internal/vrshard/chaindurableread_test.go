@@ -230,6 +230,11 @@ func TestChainAUSIHeldReadWaitsForTheDisks(t *testing.T) {
 	if got := g.read(1, "k"); got != "v1" {
 		t.Fatalf("before: GET k at the middle = %q", got)
 	}
+	// Without the tail's lease its version query is refused and the read
+	// goes to the tail: the held read would not be tried (versionHeldUpdate).
+	if !tailLeased(g) {
+		t.Fatal("the tail never held a lease to answer a version query")
+	}
 	gate.hold()
 	defer gate.release()
 	before := g.reps[2].applied.Load()
