@@ -53,6 +53,9 @@ type masterMutations struct {
 	// history reported, whatever its updates' epoch (the rule before the
 	// members reported their whole durable log: upToDate).
 	restartLongestLog bool
+	// restartPaged: a paged candidate's report ranks as any other's and may
+	// be restarted from (the code before review34a; Restarted).
+	restartPaged bool
 	// precopyRefusedAtOnce: a pre-copy the tail refused is ordered again
 	// at once, from the same tail (the rule before: a refusal loop).
 	precopyRefusedAtOnce bool
@@ -73,10 +76,12 @@ type down struct {
 }
 
 // restartReport is what a restarted member holds: the number of its last
-// durable, committed update and its history's length in entries.
+// durable, committed update and its history's length in entries; paged:
+// its host's state is not that history's (Restarted).
 type restartReport struct {
 	lu     uint64
 	length int
+	paged  bool
 }
 
 // order names a repair order: its recipient and kind.
@@ -928,7 +933,18 @@ func (m *Master) goDown() {
 // restarted without it, it may join (Join) only if it holds no more than the
 // history the chain restarted from (the shorter of two committed prefixes
 // is a prefix of the longer), or nothing.
-func (m *Master) Restarted(n NodeID, lu uint64, length int) bool {
+//
+// paged: n's host holds pages of a snapshot it had not finished taking (a
+// joiner that crashed mid-pages, or was paging when the chain went down;
+// Config.Paged) beside its history: its state is a prefix of the pages over
+// a checkpoint, no history's, whatever its history's length or number. It
+// is never chosen while a candidate whose state is its history reported
+// (upToDate), and the chain stays down rather than restart from it (it
+// refuses the RESTART): a candidate that reports again whole (restarted on
+// an emptied disk) or the operator's Forgo of the paged ones ends the wait.
+// (review34a: before, a paged member whose checkpoint was longer than the
+// others' histories, or whose number was the newest, carried the chain on.)
+func (m *Master) Restarted(n NodeID, lu uint64, length int, paged bool) bool {
 	d := m.down
 	if l, ok := m.forgone[n]; ok {
 		switch {
@@ -945,7 +961,7 @@ func (m *Master) Restarted(n NodeID, lu uint64, length int) bool {
 	if d == nil || !d.cands[n] {
 		return false
 	}
-	d.reports[n] = restartReport{lu: lu, length: length}
+	d.reports[n] = restartReport{lu: lu, length: length, paged: paged}
 	return m.maybeRestart()
 }
 
@@ -975,6 +991,9 @@ func (m *Master) maybeRestart() bool {
 		if longer {
 			best = id
 		}
+	}
+	if d.reports[best].paged && !(mutation.On && m.mut.restartPaged) {
+		return false // every candidate paged: none holds a history's state (Restarted)
 	}
 	m.down = nil
 	for n, l := range m.forgone {
@@ -1022,7 +1041,12 @@ func (m *Master) maybeRestart() bool {
 // checkpoints only committed state), compared by length, the rule before —
 // the second case stays open for such a directory until its member logs
 // an entry after the checkpoint or checkpoints again.
+//
+// A paged report (Restarted) is behind every other, whatever it holds.
 func (m *Master) upToDate(a, b restartReport) bool {
+	if a.paged != b.paged && !(mutation.On && m.mut.restartPaged) {
+		return b.paged
+	}
 	if a.lu == 0 || b.lu == 0 {
 		return a.length > b.length
 	}

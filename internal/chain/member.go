@@ -1391,13 +1391,18 @@ type Status struct {
 	// Base is how many history entries were compacted away (the log holds
 	// the entries after them: Log of them).
 	Base int
+	// Paged: the member's host holds pages of a snapshot not yet installed
+	// (Config.Paged, or a page taken since): its state is no history's,
+	// whatever Base and Log say. A whole-chain restart never starts from it
+	// (Master.Restarted).
+	Paged bool
 }
 
 // Status returns the member's protocol state.
 func (m *Member) Status() Status {
 	return Status{ID: m.cfg.ID, State: m.state, Epoch: m.epoch, Pred: m.pred, Succ: m.succ,
 		LA: m.la, LU: m.lu, Log: len(m.log), Tmp: len(m.tmp), Repairing: m.repairing, Persisted: m.persisted,
-		Base: m.base.n, DA: m.da}
+		Base: m.base.n, DA: m.da, Paged: m.paged}
 }
 
 // History is the member's log, the updates it applied in order after the

@@ -193,7 +193,10 @@ type Msg struct {
 	// past what the joiner holds; the joiner starts from this snapshot and
 	// the chunk's entries follow it. A precopy-req with Any asks for one
 	// (the joiner does not know the sequence number its durable prefix
-	// ends at).
+	// ends at, or its host holds pages of another). In a host's heartbeat
+	// that says it is not a replica (Refused), Any says its host holds
+	// pages of a snapshot it has not finished taking (Status.Paged): a
+	// whole-chain restart never starts from it (Master.Restarted).
 	Snap *Snap
 	// LinkInc and LinkSeq number the messages one member's host sends
 	// another on their link: the sender's incarnation (random per process

@@ -231,7 +231,7 @@ func TestRestartWithoutAMember(t *testing.T) {
 			m := NewMember(c, newKV())
 			h.members[id], h.all[id] = m, m
 			s := m.Status()
-			return m, h.master.Restarted(id, s.LU, s.Base+s.Log)
+			return m, h.master.Restarted(id, s.LU, s.Base+s.Log, false)
 		}
 		if _, ok := restart(1, prefix[1]); ok {
 			t.Fatal("the chain restarted before 2 reported")
@@ -487,7 +487,7 @@ func reportRestarts(t *testing.T, h *harness, ids []NodeID, reports map[NodeID]r
 	restarted := false
 	for _, id := range ids {
 		r := reports[id]
-		restarted = h.master.Restarted(id, r.lu, r.length)
+		restarted = h.master.Restarted(id, r.lu, r.length, r.paged)
 	}
 	return restarted
 }
@@ -615,7 +615,7 @@ func TestRestartSetsTheDurablePoint(t *testing.T) {
 		m := NewMember(c, newKV())
 		h.members[id], h.all[id] = m, m
 		s := m.Status()
-		h.master.Restarted(id, s.LU, s.Base+s.Log)
+		h.master.Restarted(id, s.LU, s.Base+s.Log, false)
 	}
 	h.collect()
 	h.stabilize()
@@ -625,5 +625,52 @@ func TestRestartSetsTheDurablePoint(t *testing.T) {
 	}
 	if s := h.members[got[0]].Status(); s.State != Active || s.LU == 0 || s.DA != s.LU {
 		t.Fatalf("the restarted member %d: state %v, LU %d, DA %d; want DA at LU", got[0], s.State, s.LU, s.DA)
+	}
+}
+
+// TestRestartNeverFromAPagedMember: a candidate whose host holds pages of a
+// snapshot it had not finished taking (a joiner crashed mid-pages over a
+// checkpoint: its state is a prefix of the pages over the checkpoint, no
+// history's) reports the newest number and the longest history; the chain
+// restarts from a whole candidate all the same (review34a). With every
+// candidate paged it stays down until one reports whole (here: restarted
+// on an emptied disk). The mutation restartPaged, the rule before, restarts
+// from the paged one.
+func TestRestartNeverFromAPagedMember(t *testing.T) {
+	run := func(t *testing.T, mutated bool, reports map[NodeID]restartReport) (*harness, bool) {
+		t.Helper()
+		ids := []NodeID{1, 2, 3}
+		h := newHarness(ids, 3, 2, 0)
+		h.master.mut.restartPaged = mutated
+		h.setup(SU, func(NodeID) Store { return Log })
+		for _, id := range ids {
+			h.crash(id, true)
+		}
+		return h, reportRestarts(t, h, ids, reports)
+	}
+	seq := func(e, i uint64) uint64 { return e<<defaultSeqBits | i }
+	reports := map[NodeID]restartReport{
+		1: {lu: seq(5, 40), length: 40, paged: true},
+		2: {lu: seq(3, 20), length: 20},
+		3: {lu: seq(3, 22), length: 22},
+	}
+	for _, mutated := range []bool{false, mutation.On} {
+		h, restarted := run(t, mutated, reports)
+		ms := h.master.Members()
+		want := NodeID(3)
+		if mutated {
+			want = 1
+		}
+		if !restarted || len(ms) != 1 || ms[0] != want {
+			t.Fatalf("mutated %v: restarted %v, members %v: want the chain restarted from %d", mutated, restarted, ms, want)
+		}
+	}
+	all := map[NodeID]restartReport{1: reports[1], 2: {lu: seq(3, 20), length: 20, paged: true}, 3: {length: 30, paged: true}}
+	h, restarted := run(t, false, all)
+	if restarted || !h.master.Down() {
+		t.Fatalf("every candidate paged: restarted %v, members %v: want the chain down", restarted, h.master.Members())
+	}
+	if !h.master.Restarted(2, 0, 0, false) || h.master.Members()[0] != 2 {
+		t.Fatalf("2 back whole (empty): members %v, want the chain restarted from 2", h.master.Members())
 	}
 }

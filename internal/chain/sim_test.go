@@ -317,7 +317,7 @@ func runSim(o simOpts) (check.History, error) {
 				// last whole is none, whatever it holds).
 				lastRestartLen = max(lastRestartLen, st.Base+st.Log)
 			}
-			if !h.master.Restarted(r.node, st.LU, st.Base+st.Log) {
+			if !h.master.Restarted(r.node, st.LU, st.Base+st.Log, false) {
 				rejoin = append(rejoin, r.node)
 			} else if o.stats != nil {
 				o.stats["whole chain restarted from "+strconv.Itoa(len(h.master.Members()))+" member"]++

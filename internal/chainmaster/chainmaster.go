@@ -33,10 +33,12 @@
 //     FailAfter it only listens to heartbeats — it answers none, joins
 //     nobody, fails nobody — and adopts the newest configuration a member
 //     reports (each heartbeat names its configuration's epoch: Learner)
-//     at the highest epoch any member reports, if above its own; it ends
-//     early once every member of the configuration it holds has reported
-//     none newer. Its orders then carry an epoch above every
-//     member's it heard. The members refuse a repair order or a heartbeat
+//     at the highest epoch any member reports, if above its own (one
+//     above it if no member reported the configuration of that epoch,
+//     failing the members below it rather than leasing them:
+//     Learner.Unheard); it ends early once every member of the
+//     configuration it holds has reported none newer. Its orders then
+//     carry an epoch above every member's it heard. The members refuse a repair order or a heartbeat
 //     answer from an epoch below their own, so a master still holding a
 //     stale configuration can neither rewire the chain nor grant a lease.
 //     (Residual: a configuration only unheard members know — every member
@@ -161,6 +163,17 @@ type Config struct {
 
 // mutations are deliberate bugs that tests switch on (internal/mutation).
 type mutations struct {
+	// learnSameEpoch: a learnt master starts at the highest epoch reported
+	// even above the learnt configuration's (Learner.Config, the code
+	// before review34c).
+	learnSameEpoch bool
+	// learnFromConfigured: a hosted master taking over learns from the
+	// configured members, not the record (learnOver, the code before).
+	learnFromConfigured bool
+	// learnTrusts: a master whose learning found a configuration it could
+	// not learn leases the members below it as any (Master.below, the
+	// code before review34c).
+	learnTrusts bool
 	// announceFirst sends a decision's messages before committing it to
 	// the metadata group.
 	announceFirst bool
@@ -286,6 +299,11 @@ type Master struct {
 	// progress: what each member of the chain last reported (its epoch and
 	// LU), which only grow while it keeps its history.
 	progress map[uint64]progress
+	// below: learning found a configuration at this epoch that no member
+	// reported (Learner.Unheard; 0: none). A member of the chain reporting
+	// an epoch below it may be one that configuration cut out, never told:
+	// it is failed, not leased (step).
+	below uint64
 
 	// committed is the configuration members may hear of: the metadata
 	// group's record (hosted), or what the master last announced.
@@ -328,11 +346,18 @@ type Learner struct {
 	cfgEpoch uint64 // the epoch of members
 	epoch    uint64 // the highest any member reported
 	reported map[chain.NodeID]uint64
+	// sameEpoch (-tags mutations): Config's epoch is the highest reported
+	// even above the learnt configuration's (the code before review34c).
+	sameEpoch bool
 }
 
 // NewLearner starts from the configuration the master was given, at epoch 0.
-func NewLearner(members []chain.NodeID) *Learner {
-	return &Learner{members: slices.Clone(members), reported: map[chain.NodeID]uint64{}}
+func NewLearner(members []chain.NodeID) *Learner { return NewLearnerAt(members, 0) }
+
+// NewLearnerAt starts from configuration members at epoch (a hosted
+// master's record): only a newer one a member reports replaces it.
+func NewLearnerAt(members []chain.NodeID, epoch uint64) *Learner {
+	return &Learner{members: slices.Clone(members), cfgEpoch: epoch, epoch: epoch, reported: map[chain.NodeID]uint64{}}
 }
 
 // Heard takes a member's heartbeat and reports whether what the master
@@ -379,9 +404,44 @@ func (l *Learner) Done() bool {
 }
 
 // Config is the learnt configuration (head first) and the epoch the master
-// starts at: the highest any member reported (its next order is above it).
+// starts at: the highest any member reported (its next order is above it)
+// — one above it if a member is at an epoch above the learnt
+// configuration's.
+//
+// Such a member moved to its epoch on a message from a new predecessor: the
+// old master made a configuration at that epoch which no member heard
+// reports (one that knows it — the predecessor, ordered — stayed silent
+// through the learning), and the learnt configuration, older, is not it.
+// Answering at that epoch would put a second configuration at it, which a
+// member holding the first takes over its own (a heartbeat answer at its
+// configuration's epoch or later: vrshard chainCore.heartbeatAnswer) and a
+// later master cannot tell from it: a learner takes the first it hears at
+// one epoch, or a proper prefix for a truncation's; a hosted master finds a
+// member holding the record's epoch with another configuration no
+// decision left unannounced, and does not rewire from it (review34c). One
+// above, the master's configuration is the only one at its epoch, and a
+// member that reports the old master's from below it is rewired as any
+// that never heard the record's (Master.lead). A truncation's prefix, at
+// the learnt configuration's own epoch, changes nothing here. What stays
+// open is the residual of the package comment: a silent member may know a
+// configuration above every epoch heard, which this one may then share.
 func (l *Learner) Config() ([]chain.NodeID, uint64) {
-	return slices.Clone(l.members), max(l.epoch, l.cfgEpoch)
+	e := max(l.epoch, l.cfgEpoch)
+	if l.Unheard() > 0 && !(mutation.On && l.sameEpoch) {
+		e++
+	}
+	return slices.Clone(l.members), e
+}
+
+// Unheard is the epoch of a configuration the learning found and could not
+// learn (0: none): a member is at an epoch above the learnt configuration's
+// (Config). The members below it may be ones that configuration cut out:
+// the master fails them rather than lease them (Master.below).
+func (l *Learner) Unheard() uint64 {
+	if l.epoch > l.cfgEpoch {
+		return l.epoch
+	}
+	return 0
 }
 
 // Start registers the master on the transport and runs it until Close.
@@ -465,6 +525,7 @@ func newMaster(cfg Config, now func() time.Time) (*Master, error) {
 		length: len(cfg.Members), granted: map[uint64]time.Time{}, draining: map[uint64]time.Time{},
 		seenJoin: map[uint64]bool{}, seenLeave: map[uint64]bool{}, filled: map[uint64]bool{}}
 	x.m = x.newCore(ids, 0)
+	x.learner.sameEpoch = mutation.On && cfg.mut.learnSameEpoch
 	if cfg.Meta != nil {
 		// The record is the configuration: nothing to learn, and nothing
 		// to do until this node leads the metadata group.
@@ -643,6 +704,20 @@ func (x *Master) step(msgs []chain.Msg) {
 			continue
 		}
 		if slices.Contains(members, msg.From) {
+			if msg.Epoch < x.below && !(mutation.On && x.cfg.mut.learnTrusts) {
+				// Perhaps cut out by the configuration at below, which
+				// the master never learnt (its old incarnation's, known
+				// only to a member silent through the learning): leased
+				// by the learnt, older configuration, it would serve
+				// reads the chain's writes no longer reach. Failed, it
+				// rejoins holding its history (review34c).
+				x.cfg.Logger.Warn("chain master: member below a configuration the master never learnt (a master crash mid-repair): failed; it rejoins",
+					"node", from, "epoch", msg.Epoch, "unlearnt epoch", x.below)
+				x.m.Fail(msg.From)
+				delete(x.heard, from)
+				delete(x.progress, from)
+				continue
+			}
 			if p, ok := x.progress[from]; lostHistory(p, ok, msg) {
 				x.cfg.Logger.Error("chain master: member lost its history (a wiped disk restarted as a member?): failed; restart it without --bootstrap to rejoin",
 					"node", from, "epoch", msg.Epoch, "lu", chain.FormatSeq(msg.LU), "was epoch", p.epoch, "was lu", chain.FormatSeq(p.lu))
@@ -699,7 +774,7 @@ func (x *Master) step(msgs []chain.Msg) {
 		// What it holds: a node left out of a whole-chain restart
 		// (RestartWithout) is joined only if it holds no more than the
 		// chain restarted from.
-		x.m.Restarted(msg.From, msg.LU, int(msg.LA))
+		x.m.Restarted(msg.From, msg.LU, int(msg.LA), msg.Any)
 		if !x.m.Busy() {
 			// A node outside the chain that is not a replica: a restarted
 			// member (or a new node) waiting to be joined.
@@ -723,12 +798,13 @@ func (x *Master) step(msgs []chain.Msg) {
 
 // restarted takes the heartbeat of a restarted member (not a replica) while
 // every member of the chain has failed: what it holds (LU, and its
-// history's length in LA) is its report to the core, which restarts the
-// chain from the longest history once every member that may hold it has
-// reported (chain.Master.Restarted). The chain then has one member; the
+// history's length in LA; Any: its host holds pages of a snapshot it had not
+// finished taking, no history's state) is its report to the core, which
+// restarts the chain from the longest history once every member that may
+// hold it has reported (chain.Master.Restarted). The chain then has one member; the
 // others are joined to it as any restarted member.
 func (x *Master) restarted(hb chain.Msg, now time.Time) {
-	if !x.m.Restarted(hb.From, hb.LU, int(hb.LA)) {
+	if !x.m.Restarted(hb.From, hb.LU, int(hb.LA), hb.Any) {
 		return
 	}
 	for _, id := range x.m.Members() {
@@ -915,12 +991,7 @@ func (x *Master) lead() (bool, time.Time) {
 	// would never grant a lease: it records the newest configuration a
 	// member reports, at the highest epoch reported, first (a Learner of
 	// the reports, in node order).
-	given := nodeIDs(x.cfg.Members)
-	l := NewLearner(given)
-	for _, id := range slices.Sorted(maps.Keys(x.reports)) {
-		l.Heard(x.reports[id])
-	}
-	hiMembers, hiEpoch := l.Config()
+	hiMembers, hiEpoch, unheard := x.learnOver(cc)
 	adopted := hiEpoch > 0 && (cc == nil || hiEpoch > cc.Epoch)
 	// starting: this master records the chain's first configuration, so
 	// its members may be starting too.
@@ -993,6 +1064,9 @@ func (x *Master) lead() (bool, time.Time) {
 	x.committed, x.actAt, x.reports = cc, time.Time{}, nil
 	clear(x.heard)
 	clear(x.progress)
+	if adopted {
+		x.below = unheard // as a standalone master's learning (learnt)
+	}
 	heard := now // FailAfter from now: they were never answered here
 	if starting {
 		// A member of the starting chain never heard from is given
@@ -1014,6 +1088,27 @@ func (x *Master) lead() (bool, time.Time) {
 	}
 	x.cfg.Logger.Info("chain master: acting (metadata leader)", "members", cc.Members, "epoch", cc.Epoch)
 	return true, now
+}
+
+// learnOver is what a hosted master taking over learns from the members'
+// reports over record cc (nil: none): the newest configuration and the
+// epoch to start at (Learner.Config). It starts from the record, not the
+// configured members: a member reporting an epoch above the record's with
+// an older configuration (the old master's newer one known only to a
+// silent member) then leaves the record's members, at an epoch above every
+// one reported, rather than put the older list in the record over it
+// (review34c; the mutation learnFromConfigured, the code before).
+func (x *Master) learnOver(cc *kv.ChainConfig) (members []chain.NodeID, epoch, unheard uint64) {
+	l := NewLearner(nodeIDs(x.cfg.Members))
+	if cc != nil && !(mutation.On && x.cfg.mut.learnFromConfigured) {
+		l = NewLearnerAt(nodeIDs(cc.Members), cc.Epoch)
+	}
+	l.sameEpoch = mutation.On && x.cfg.mut.learnSameEpoch
+	for _, id := range slices.Sorted(maps.Keys(x.reports)) {
+		l.Heard(x.reports[id])
+	}
+	members, epoch = l.Config()
+	return members, epoch, l.Unheard()
 }
 
 // readWants reads the cluster map's entry of the chain (MetaWants), if
@@ -1051,7 +1146,7 @@ func (x *Master) passive() {
 	clear(x.progress)
 	clear(x.granted)
 	clear(x.draining)
-	x.wanting, x.counted = false, false
+	x.wanting, x.counted, x.below = false, false, 0
 }
 
 // commit records the master's configuration, if it changed, in the metadata
@@ -1105,6 +1200,7 @@ func (x *Master) learn(msg chain.Msg, now time.Time) {
 
 // learnt ends the learning: the master acts on its configuration.
 func (x *Master) learnt() {
+	x.below = x.learner.Unheard()
 	x.learnUntil, x.learner = time.Time{}, nil
 	x.committed = x.config() // what heartbeats are answered with from now on
 	x.cfg.Logger.Info("chain master: acting", "members", x.m.Members(), "epoch", x.m.Epoch())

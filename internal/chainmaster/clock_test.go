@@ -367,6 +367,38 @@ func TestHostedMasterRestartsAWholeChain(t *testing.T) {
 	}
 }
 
+// TestHostedMasterRestartsNeverFromAPagedMember (review34a): as
+// TestHostedMasterRestartsAWholeChain, but 3, the longest history, says in
+// its heartbeats that its host holds pages of a snapshot it had not
+// finished taking (Any: its state is no history's): the chain restarts
+// from 2, the longest whole one. Taking Any from the heartbeat is
+// chainmaster's part (restarted); the rule is chain.Master.Restarted's.
+func TestHostedMasterRestartsNeverFromAPagedMember(t *testing.T) {
+	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
+	t0 := time.Unix(1_000_000, 0)
+	now := t0
+	meta := &fakeMeta{rec: &kv.ChainConfig{Group: 0, Members: []uint64{1, 2, 3}, Epoch: 4}}
+	var sent []chain.Msg
+	x, err := newMaster(Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
+		Meta: meta, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.tick(now)
+	now = t0.Add(lease + 2*hb)
+	x.tick(now)
+	length := map[chain.NodeID]uint64{1: 5, 2: 7, 3: 9}
+	for seq, id := range []chain.NodeID{1, 2, 3, 1, 2} {
+		x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: uint64(seq + 1), Refused: true, LA: length[id], LU: length[id], Any: id == 3}})
+	}
+	if rec := meta.rec; x.m.Down() || !slices.Equal(rec.Members, []uint64{2}) {
+		t.Fatalf("down %v, record %v: want the chain restarted from 2", x.m.Down(), rec)
+	}
+	if i := slices.IndexFunc(sent, func(m chain.Msg) bool { return m.Type == chain.MsgRestart }); i < 0 || sent[i].To != 2 {
+		t.Fatalf("sent %v, want a RESTART to 2", sent)
+	}
+}
+
 // TestTakeoverRestartWaitsForEveryConfiguredMember: the old master saw the
 // tail 3, then 2 fail and recorded [1] before it went too; every node
 // restarts. The master that takes over from the record knows nothing of 2

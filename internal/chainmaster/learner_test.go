@@ -3,8 +3,11 @@ package chainmaster
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/chain"
+	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/mutation"
 )
 
 // TestLearnerAdoptsTheNewestConfiguration: a restarted master given
@@ -68,8 +71,10 @@ func TestLearnerTakesTheConfigurationsOwnEpoch(t *testing.T) {
 	l = NewLearner([]chain.NodeID{1, 2, 3})
 	l.Heard(hb(2, 8, 8, 2))
 	l.Heard(hb(3, 9, 6, 2, 1, 3)) // moved past 8 by a message naming no configuration
-	if ms, e := l.Config(); !slices.Equal(ms, []chain.NodeID{2}) || e != 9 {
-		t.Fatalf("learnt %v at %d, want [2] at 9", ms, e)
+	// (A configuration at 9 no member reported: the master starts above it,
+	// TestLearnerStartsAboveAConfigurationNoMemberReported.)
+	if ms, e := l.Config(); !slices.Equal(ms, []chain.NodeID{2}) || e != 10 || l.Unheard() != 9 {
+		t.Fatalf("learnt %v at %d (unheard %d), want [2] at 10 (unheard 9)", ms, e, l.Unheard())
 	}
 	// A member of a build before: its configuration taken at its epoch.
 	old := NewLearner([]chain.NodeID{1, 2, 3})
@@ -129,6 +134,125 @@ func TestLostHistoryDetectsAWipedMember(t *testing.T) {
 	} {
 		if got := lostHistory(prev, c.known, c.hb); got != c.lost {
 			t.Errorf("%s: lostHistory %v, want %v", c.name, got, c.lost)
+		}
+	}
+}
+
+// TestLearnerStartsAboveAConfigurationNoMemberReported (review34c): the old
+// master cut 1 out of [2 1 3] at epoch 8 — ordered 2 (its configuration
+// [2 3] at 8) and died; 3 moved to 8 on 2's first message, which names no
+// configuration, and reports [2 1 3] of epoch 7; 1, cut out and never
+// told, reports [2 1 3] at 7; 2 stays silent through the learning. The
+// learner cannot know [2 3]: it learns [2 1 3], and starts one above 8 —
+// at 8 it would put a second configuration at the epoch of [2 3] — with 8
+// as the epoch of a configuration it could not learn (Unheard), below which
+// the master fails a member rather than lease it
+// (TestLearntMasterFailsAMemberBelowAnUnlearntConfiguration). The mutation
+// learnSameEpoch starts at 8. With every configuration heard (2 too) there
+// is nothing unheard.
+func TestLearnerStartsAboveAConfigurationNoMemberReported(t *testing.T) {
+	hb := func(from chain.NodeID, epoch, cfgEpoch uint64, members ...chain.NodeID) chain.Msg {
+		return chain.Msg{Type: chain.MsgHeartbeat, From: from, Epoch: epoch, ID: cfgEpoch + 1, Members: members}
+	}
+	for _, same := range []bool{false, mutation.On} {
+		l := NewLearner([]chain.NodeID{2, 1, 3})
+		l.sameEpoch = same
+		l.Heard(hb(1, 7, 7, 2, 1, 3))
+		l.Heard(hb(3, 8, 7, 2, 1, 3))
+		want := uint64(9)
+		if same {
+			want = 8
+		}
+		if ms, e := l.Config(); !slices.Equal(ms, []chain.NodeID{2, 1, 3}) || e != want || l.Unheard() != 8 {
+			t.Fatalf("learnSameEpoch %v: learnt %v at %d (unheard %d), want [2 1 3] at %d (unheard 8)", same, ms, e, l.Unheard(), want)
+		}
+		l.Heard(hb(2, 8, 8, 2, 3))
+		if ms, e := l.Config(); !slices.Equal(ms, []chain.NodeID{2, 3}) || e != 8 || l.Unheard() != 0 {
+			t.Fatalf("with 2 heard: learnt %v at %d (unheard %d), want [2 3] at 8 (none)", ms, e, l.Unheard())
+		}
+	}
+}
+
+// TestLearntMasterFailsAMemberBelowAnUnlearntConfiguration (review34c): the
+// case of TestLearnerStartsAboveAConfigurationNoMemberReported on a
+// standalone master, 2 silent. Once the learning ends (FailAfter) the master
+// acts on [2 1 3] — but 1, below the epoch of the configuration it could
+// not learn, may be (here is) the member that configuration cut out: its
+// heartbeats are not answered with a lease; it is failed and rejoins. 3,
+// at that epoch, is in it and leased. With the mutation learnTrusts (the
+// code before) 1 is leased on [2 1 3] and serves reads 2's writes, passed
+// to 3 alone, never reach.
+func TestLearntMasterFailsAMemberBelowAnUnlearntConfiguration(t *testing.T) {
+	const hb, lease, failAfter = 50 * time.Millisecond, 300 * time.Millisecond, 600 * time.Millisecond
+	for _, trusts := range []bool{false, mutation.On} {
+		var answers []chain.Msg
+		now := time.Unix(1_000_000, 0)
+		cfg := Config{Self: 9, Members: []uint64{2, 1, 3}, Heartbeat: hb, Lease: lease, FailAfter: failAfter, StartGrace: 10 * failAfter,
+			Send: func(_ uint64, m *chain.Msg) {
+				if m.Type == chain.MsgHeartbeat {
+					answers = append(answers, *m)
+				}
+			}}
+		cfg.mut.learnTrusts = trusts
+		x, err := newMaster(cfg, func() time.Time { return now })
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seq uint64
+		beat := func(from chain.NodeID, epoch, cfgEpoch uint64) {
+			seq++
+			x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: from, To: 9, Seq: seq, Epoch: epoch, ID: cfgEpoch + 1, Members: []chain.NodeID{2, 1, 3}}})
+		}
+		for d := time.Duration(0); d <= 2*failAfter; d += hb {
+			now = time.Unix(1_000_000, 0).Add(d)
+			x.tick(now)
+			beat(1, 7, 7)
+			beat(3, 8, 7)
+		}
+		leased1, leased3 := false, false
+		for _, a := range answers {
+			in := slices.Contains(a.Members, a.To)
+			leased1 = leased1 || a.To == 1 && in
+			leased3 = leased3 || a.To == 3 && in
+		}
+		if trusts {
+			if !leased1 {
+				t.Fatal("learnTrusts: 1 was not leased (the mutation does not bite)")
+			}
+			continue
+		}
+		if leased1 || !leased3 || slices.Contains(x.m.Members(), 1) || x.m.Epoch() <= 8 {
+			t.Fatalf("1 leased %v, 3 leased %v, members %v at %d: want 1 failed unleased, 3 leased, above epoch 8", leased1, leased3, x.m.Members(), x.m.Epoch())
+		}
+	}
+}
+
+// TestHostedTakeoverLearnsOverTheRecord (review34c): a hosted master taking
+// over with the record [1 2 4] at epoch 5, and member 1 reporting epoch 6
+// with [1 2 3] of epoch 4 (moved to 6 by a message naming no configuration:
+// a configuration at 6 the record does not have). Learnt over the
+// configured members [1 2 3] the takeover would record [1 2 3], older than
+// the record, at 6; over the record it keeps [1 2 4], one above 6, with 6
+// the epoch below which it fails members (the mutation learnFromConfigured,
+// the code before, records [1 2 3]).
+func TestHostedTakeoverLearnsOverTheRecord(t *testing.T) {
+	for _, configured := range []bool{false, mutation.On} {
+		cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Send: func(uint64, *chain.Msg) {}}
+		cfg.mut.learnFromConfigured = configured
+		x, err := newMaster(cfg, time.Now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.reports = map[chain.NodeID]chain.Msg{1: {Type: chain.MsgHeartbeat, From: 1, Epoch: 6, ID: 5, Members: []chain.NodeID{1, 2, 3}}}
+		ms, e, unheard := x.learnOver(&kv.ChainConfig{Epoch: 5, Members: []uint64{1, 2, 4}})
+		if configured {
+			if !slices.Equal(ms, []chain.NodeID{1, 2, 3}) {
+				t.Fatalf("learnFromConfigured: learnt %v at %d (the mutation does not bite)", ms, e)
+			}
+			continue
+		}
+		if !slices.Equal(ms, []chain.NodeID{1, 2, 4}) || e != 7 || unheard != 6 {
+			t.Fatalf("learnt %v at %d (unheard %d), want the record's [1 2 4] at 7 (unheard 6)", ms, e, unheard)
 		}
 	}
 }

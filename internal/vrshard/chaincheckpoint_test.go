@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/core"
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/mutation"
@@ -211,5 +212,67 @@ func TestChainNumberAt(t *testing.T) {
 	}
 	if got, want := c.NumberAt(2), hist[1].Seq; got != want || c.NumberAt(1) != 0 {
 		t.Fatalf("after compacting to 2: NumberAt(2) = %#x (want %#x), NumberAt(1) = %#x (want 0)", got, want, c.NumberAt(1))
+	}
+}
+
+// TestChainRestartNeverFromAMemberMidPages: a whole chain's power cut
+// while node 1 was taking a paged snapshot over its old checkpoint (its disk
+// marked recovering, its engine holding pages up to a newer version). Its
+// checkpoint is the longest history reported, of the newest numbering
+// epoch — but its state is a prefix of the pages over the checkpoint, no
+// history's. Its heartbeats say so (Any: chain.Status.Paged, openChain),
+// the master restarts the chain from node 3, and node 1 refuses a RESTART
+// sent to it all the same (review34a). With the mutation
+// chainLostStateReplays (the code before: no paged start for a member with
+// a checkpoint) node 1 carries the chain on.
+func TestChainRestartNeverFromAMemberMidPages(t *testing.T) {
+	seq := func(e, i uint64) uint64 { return e<<chainSeqBits | i }
+	boots := map[uint64]core.Boot{
+		1: {LostState: true, StateTop: 45, HardState: core.HardState{Commit: 40}, Snapshot: &core.Snapshot{Op: 40, Number: seq(5, 40)}},
+		2: {StateTop: 20, HardState: core.HardState{Commit: 20}, Snapshot: &core.Snapshot{Op: 20, Number: seq(3, 20)}},
+		3: {StateTop: 22, HardState: core.HardState{Commit: 22}, Snapshot: &core.Snapshot{Op: 22, Number: seq(3, 22)}},
+	}
+	run := func(t *testing.T, mutated bool) (chain.NodeID, *chainCore) {
+		ids := []uint64{1, 2, 3}
+		b := newChainBed(t, ids...)
+		for _, id := range ids {
+			b.crash(id)
+		}
+		if !b.master.Down() {
+			t.Fatal("the master is not down with every member crashed")
+		}
+		for _, id := range ids {
+			c, err := openChain(chainConfig{Self: id, Master: bedMaster, Members: ids, Heartbeat: 1, lostStateReplays: mutated}, boots[id])
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Tick(1)
+			rd := c.Ready()
+			if len(rd.Messages) != 1 || rd.Messages[0].Type != chain.MsgHeartbeat {
+				t.Fatalf("node %d sent %v, want a heartbeat", id, rd.Messages)
+			}
+			// As chainmaster takes a restarted member's heartbeat.
+			hb := rd.Messages[0]
+			if id == 1 && hb.Any == mutated {
+				t.Fatalf("node 1's heartbeat says paged %v (mutated %v)", hb.Any, mutated)
+			}
+			b.cores[id] = c
+			b.master.Restarted(hb.From, hb.LU, int(hb.LA), hb.Any)
+		}
+		ms := b.master.Members()
+		if b.master.Down() || len(ms) != 1 {
+			t.Fatalf("the chain did not restart: members %v", ms)
+		}
+		// Node 1 refuses a RESTART, were it ordered one.
+		b.cores[1].Step(0, chain.Msg{Type: chain.MsgRestart, From: bedMaster, To: 1, Epoch: b.master.Epoch() + 1})
+		return ms[0], b.cores[1]
+	}
+	if from, c1 := run(t, false); from != 3 || c1.status().State != chain.Inactive {
+		t.Fatalf("restarted from %d (want 3), node 1 %v after a RESTART (want inactive)", from, c1.status().State)
+	}
+	if mutation.On {
+		if from, _ := run(t, true); from != 1 {
+			t.Fatalf("chainLostStateReplays: restarted from %d, want 1 (the mutation does not bite)", from)
+		}
 	}
 }

@@ -348,12 +348,9 @@ type chainConfig struct {
 	// truncateAtBoot (-tags mutations): no tentative suffix is kept
 	// (chainCore.tentative), the code before.
 	truncateAtBoot bool
-	// lostStateKeepsNumber (-tags mutations): a lost state's checkpoint
-	// keeps its number (openChain), the code before review34a.
-	lostStateKeepsNumber bool
-	// lostStateReplays (-tags mutations): a lost state with no checkpoint
-	// pre-copies the log over what its engine holds (openChain), the code
-	// before review34a.
+	// lostStateReplays (-tags mutations): a lost state pre-copies the log
+	// after its checkpoint (or from the start) over what its engine holds
+	// (openChain), the code before review34a.
 	lostStateReplays bool
 }
 
@@ -450,22 +447,8 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		// without one it is unknown (0): the member reports lu 0, which a
 		// whole-chain restart compares by length (chain.Master's
 		// upToDate), and as a joiner asks its tail for a snapshot.
-		//
-		// Not after a lost state (the recovery mark of a crash in the
-		// middle of a paged snapshot): the engine then also holds pages of
-		// a newer state, records up to that snapshot's op, and a pre-copy
-		// of the log after the checkpoint would replay over them — the
-		// applier takes every op below the engine's newest version as
-		// already there (replayTo), and the writes since the checkpoint to
-		// keys outside the pages never reach the engine. The number stays
-		// unknown: the joiner asks for a snapshot (chain.Member's
-		// precopyReq: Any) and pages it again, and its restart report is
-		// compared by length, as before the number
-		// (TestChainRestartMidPagesAsksForASnapshot).
 		ccfg.BaseN = snap
 		switch {
-		case st.LostState && !(mutation.On && cfg.lostStateKeepsNumber):
-			// unknown (0), as said above
 		case st.Snapshot.Number != 0:
 			ccfg.BaseSeq = st.Snapshot.Number
 		case len(ccfg.Log) > 0:
@@ -473,14 +456,22 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		}
 	}
 	c.mcfg = ccfg
-	if st.LostState && snap == 0 && st.StateTop > 0 && !(mutation.On && cfg.lostStateReplays) {
-		// A lost state with no checkpoint whose engine holds records all
-		// the same: pages of a snapshot a crash cut short (a member that
-		// started on an empty disk), or what a lost engine kept. Its
-		// history is empty, and a pre-copy of the log from the start
-		// would replay over them as over a checkpoint (above): it asks
-		// for a snapshot (chain.Config.Paged). Only this member: a later
-		// rejoin's holds its history's state (c.mcfg).
+	if st.LostState && st.StateTop > 0 && !(mutation.On && cfg.lostStateReplays) {
+		// A lost state whose engine holds records: pages of a snapshot a
+		// crash cut short (the recovery mark of a crash mid-pages: over a
+		// checkpoint, or on a disk it started empty), or what a lost
+		// engine kept. Its state is no history's: a prefix of the pages
+		// over the checkpoint. A pre-copy of the log after the checkpoint
+		// (or from the start) would replay over the pages — the applier
+		// takes every op below the engine's newest version as already
+		// there (replayTo), and the writes since the checkpoint to keys
+		// outside the pages would never reach the engine — so it asks for
+		// a snapshot (chain.Config.Paged: precopyReq's Any), which
+		// replaces that state (TestChainRestartMidPagesAsksForASnapshot).
+		// Until then it takes no RESTART, and its heartbeats say so (Any):
+		// a whole-chain restart never starts from it (chain.Master's
+		// Restarted; TestChainRestartNeverFromAMemberMidPages). Only this
+		// member: a later rejoin's holds its history's state (c.mcfg).
 		ccfg.Paged = true
 	}
 	c.m = chain.NewMember(ccfg, nopSM{})
@@ -978,6 +969,9 @@ func (c *chainCore) Tick(now int64) {
 		}
 		c.out.Messages = append(c.out.Messages, chain.Msg{Type: chain.MsgHeartbeat, From: chain.NodeID(c.self),
 			To: chain.NodeID(c.master), Seq: c.beatSeq, LA: la, LU: lu, Refused: s.State == chain.Inactive,
+			// A joiner holding pages of a snapshot: its state is not the
+			// history it reports, never a whole-chain restart's source.
+			Any: s.State == chain.Inactive && s.Paged,
 			// What a restarted master learns the chain from: this member's
 			// epoch and the configuration it last heard of, with that
 			// configuration's epoch (+1; 0: not said, a build before).

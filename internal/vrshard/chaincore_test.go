@@ -1255,7 +1255,7 @@ func TestChainRestartsWhole(t *testing.T) {
 			}
 			b.cores[id], b.applied[id], b.replies[id] = c, nil, nil
 			lu, n := c.restartReport()
-			b.master.Restarted(chain.NodeID(id), lu, n)
+			b.master.Restarted(chain.NodeID(id), lu, n, c.status().Paged)
 		}
 		b.pump()
 		ms := b.master.Members()

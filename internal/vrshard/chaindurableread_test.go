@@ -201,3 +201,59 @@ func TestChainAUSIHotKeyReadIsNotStarved(t *testing.T) {
 		}
 	}
 }
+
+// TestChainAUSIHeldReadWaitsForTheDisks: a read answered from an update
+// held and not applied (Options.ChainHeldReads, chainHeldRead; off in the
+// node) is declined under AUSI, where a strong read serves only values at
+// the durable point: a held update is above what the member applied, so
+// above R. A D-D-D chain under AUSI with held reads on, the tail's fsyncs
+// held and the middle's acknowledgement held in its driver: the tail
+// committed k=v2 (its version covers it), the middle holds it unapplied,
+// no disk below the middle has it. A linearizable read of k at the middle
+// must wait; with held reads back on under AUSI (chainHeldRead's AUSI
+// check removed: review34d found no test that failed) it answers v2 at
+// once, a value a power cut of every member could take.
+func TestChainAUSIHeldReadWaitsForTheDisks(t *testing.T) {
+	gate := newGatedFS(vfs.OS{}) // the tail's log fsyncs
+	var q versionQuery           // sets ChainHeldReads
+	g, h := newAckHeldChainMode(t, chain.AUSI, func(i int, o *Options) {
+		q.tune(i, o)
+		o.mut.chainVersionWait = 5 * time.Second // the test lets the ack go
+		if i == 2 {
+			o.FS = gate
+		}
+	})
+	q.g.Store(g)
+	g.write(0, set("k", "v1"), shard.ReqID{Client: 5, Seq: 1})
+	g.caughtUp(1, 0)
+	g.caughtUp(2, 0)
+	if got := g.read(1, "k"); got != "v1" {
+		t.Fatalf("before: GET k at the middle = %q", got)
+	}
+	// Without the tail's lease its version query is refused and the read
+	// goes to the tail: the held read would not be tried (versionHeldUpdate).
+	if !tailLeased(g) {
+		t.Fatal("the tail never held a lease to answer a version query")
+	}
+	gate.hold()
+	defer gate.release()
+	before := g.reps[2].applied.Load()
+	h.start(g, set("k", "v2"), shard.ReqID{Client: 5, Seq: 2})
+	if !testgroup.Until(2*time.Second, time.Millisecond, func() bool {
+		return g.reps[2].applied.Load() > before && gate.held.Load() > 0
+	}) {
+		t.Fatal("the tail did not apply v2 with its fsync held")
+	}
+	// v1 (at the durable point; v2 is answered to nobody yet), a wait or
+	// the tail's address are all right; v2 is not.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	res, err := g.reps[1].Read(ctx, get("k"), level.ConsLinearizable, shard.Session{})
+	cancel()
+	if err == nil && string(res.Bulk) == "v2" {
+		t.Fatalf("GET k at the middle, v2 held there, committed at the tail, on no disk = v2 (held reads %d); want v1, a wait or the tail",
+			g.reps[1].Stats().ChainHeldReads)
+	}
+	t.Logf("GET k at the middle: %q, %v", res.Bulk, err)
+	gate.release()
+	h.finish("the write of v2")
+}

@@ -82,10 +82,9 @@ func openChainHost(opts *Options, boot core.Boot) (hostCore, error) {
 	}
 	c, err := openChain(chainConfig{Self: opts.VR.Self, Master: o.Master, Members: opts.VR.Members, Mode: o.Mode,
 		Heartbeat: int64(hb), Lease: int64(lease), Store: o.Store, PrecopyRate: o.precopyRate(),
-		commitIgnoresEngine:  mutation.On && opts.mut.chainCommitIgnoresEngine,
-		lostStateKeepsNumber: mutation.On && opts.mut.chainLostStateKeepsNumber,
-		lostStateReplays:     mutation.On && opts.mut.chainLostStateReplays,
-		truncateAtBoot:       mutation.On && opts.mut.chainTruncateAtBoot}, boot)
+		commitIgnoresEngine: mutation.On && opts.mut.chainCommitIgnoresEngine,
+		lostStateReplays:    mutation.On && opts.mut.chainLostStateReplays,
+		truncateAtBoot:      mutation.On && opts.mut.chainTruncateAtBoot}, boot)
 	if err != nil {
 		return nil, err
 	}

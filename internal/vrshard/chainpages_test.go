@@ -186,12 +186,11 @@ func (g *chainGroup) engineValue(i int, key string) string {
 // (replayTo), so the writes to keys outside the pages would never reach
 // its engine. A tail that still holds that log — node 1, which never
 // compacted, once node 3, the tail that paged, failed too — sends it when
-// asked. With a checkpoint the joiner asked for a snapshot before
-// checkpoints kept their last number (unknown after a lost state); with it
-// it asked after it (the mutation chainLostStateKeepsNumber, the merge of
-// chaincp). With none it asked after nothing (the mutation
-// chainLostStateReplays, the code before review34a): node 2 ends with
-// stale values, or without keys.
+// asked. The joiner starts paged (chain.Config.Paged) and asks for a
+// snapshot; with the mutation chainLostStateReplays it asks after its
+// checkpoint (the merge of chaincp) or after nothing (on an empty disk, the
+// code before review34a), and node 2 ends with stale values, or without
+// keys.
 func TestChainRestartMidPagesAsksForASnapshot(t *testing.T) {
 	mutation.Require(t) // the afterHandle hook
 	for _, wiped := range []bool{false, true} {
@@ -218,8 +217,7 @@ func restartMidPages(t *testing.T, wiped, mutated bool) string {
 	var stopped atomic.Bool
 	g := newChainGroupTuned(t, 0, func(i int, o *Options) {
 		o.Chain.SnapshotPage, o.Chain.PrecopyRate = 256, 4<<10
-		o.mut.chainLostStateKeepsNumber = mutated && !wiped
-		o.mut.chainLostStateReplays = mutated && wiped
+		o.mut.chainLostStateReplays = mutated
 		switch i {
 		case 0: // the head keeps its whole log (its default checkpoints are far off)
 		case 1:

@@ -34,9 +34,14 @@ func newAckHeldChain(t *testing.T) (*chainGroup, *ackHold) {
 // newAckHeldChainTuned is newAckHeldChain with every member's options
 // adjusted by tune (before Open).
 func newAckHeldChainTuned(t *testing.T, tune func(i int, o *Options)) (*chainGroup, *ackHold) {
+	return newAckHeldChainMode(t, chain.SU, tune)
+}
+
+// newAckHeldChainMode is newAckHeldChainTuned in update mode mode.
+func newAckHeldChainMode(t *testing.T, mode chain.Mode, tune func(i int, o *Options)) (*chainGroup, *ackHold) {
 	mutation.Require(t)
 	h := &ackHold{t: t, release: make(chan struct{}), done: make(chan error, 1)}
-	g := newModeChain(t, chain.SU, func(i int, o *Options) {
+	g := newModeChain(t, mode, func(i int, o *Options) {
 		if tune != nil {
 			tune(i, o)
 		}

@@ -373,13 +373,10 @@ type mutations struct {
 	// chainCheckpointNoNumber: a checkpoint keeps no number of its last
 	// entry (core.Numberer: the code before).
 	chainCheckpointNoNumber bool
-	// chainLostStateKeepsNumber: a chain member restarting with its disk
-	// marked recovering (a crash mid-pages) takes its checkpoint's number
-	// (openChain), and so pre-copies the log after it over the pages.
-	chainLostStateKeepsNumber bool
-	// chainLostStateReplays: a chain member restarting with a lost state,
-	// no checkpoint and an engine holding records (a crash mid-pages on a
-	// disk it started empty) pre-copies the log over them (openChain).
+	// chainLostStateReplays: a chain member restarting with a lost state
+	// and an engine holding records (a crash mid-pages, over a checkpoint
+	// or on a disk it started empty) is not paged (openChain): it
+	// pre-copies the log over them, and may carry a whole-chain restart.
 	chainLostStateReplays bool
 	// chainTruncateAtBoot: a chain member drops its log past its commit
 	// point at a restart or a rejoin, reporting only its committed prefix
