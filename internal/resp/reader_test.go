@@ -415,16 +415,29 @@ func TestWholeCommandAgreesWithTheResumableParse(t *testing.T) {
 		func() string { return "*1\r\n$3\r\nGET" },          // cut short
 		func() string { return "*x\r\n" },                   // not a number
 		func() string { return "*3\r\n$1\r\na\r\n$1\r\nb" }, // cut short
+		// Headers of one or two digits, wholeCommand's fast path, malformed.
+		func() string { return "*1\r\n$0\r\n\r\n" },
+		func() string { return "*1\r\n$1x\r\nab\r\n" },
+		func() string { return "*1\r\n$1\rx\r\na\r\n" },
+		func() string { return "*1\r\n$12\rx" },
+		func() string { return "*1\r\n$2\n\r\nab\r\n" },
+		func() string { return "*1\r\n$\r\n\r\n" },
+		func() string { return "*1\r\n$09\r\n123456789\r\n" },
+		func() string { return "*1\r\n$1" },
+		func() string { return "*1\r\n$12\r\n" + strings.Repeat("y", 12) + "\r\n" }, // over the bulk limit
 	}
+	small := true // the limits above, or the defaults
 	read := func(in string, oneByte bool) (out []string) {
 		var src io.Reader = strings.NewReader(in)
 		if oneByte {
 			src = iotest.OneByteReader(src)
 		}
 		r := NewReader(src, 64)
-		r.SetMaxBulk(8)
-		r.SetMaxArray(3)
-		r.SetMaxCommand(40)
+		if small {
+			r.SetMaxBulk(8)
+			r.SetMaxArray(3)
+			r.SetMaxCommand(40)
+		}
 		var args [][]byte
 		for {
 			var err error
@@ -447,6 +460,28 @@ func TestWholeCommandAgreesWithTheResumableParse(t *testing.T) {
 		whole, split := read(in, false), read(in, true)
 		if !slices.Equal(whole, split) {
 			t.Fatalf("case %d, %q:\nwhole %q\nsplit %q", i, in, whole, split)
+		}
+	}
+	// Headers that wholeCommand's one-load path must refuse (a CR without
+	// its LF, a second byte not a digit), each followed by bytes that a
+	// wrong acceptance would take as a whole argument, at the default limits;
+	// between two commands (ReadCommand parses the first of a fill with
+	// the resumable parse and tries wholeCommand on what is buffered; the
+	// one-load path reads eight bytes).
+	small = false
+	for _, in := range []string{
+		"*1\r\n$1\rxZ\r\n",
+		"*1\r\n$1\nxZ\r\n",
+		"*1\r\n$1:\r\n" + strings.Repeat("z", 20) + "\r\n",
+		"*1\r\n$:1\r\n" + strings.Repeat("z", 101) + "\r\n",
+		"*1\r\n$12\rx" + strings.Repeat("z", 12) + "\r\n",
+		"*2\r\n$12\r\n" + strings.Repeat("z", 12) + "\r\n$1\r\nab\r\n",
+		"*2\r\n$99\r\n" + strings.Repeat("z", 99) + "\r\n$0\r\n\r\n",
+	} {
+		in = "*1\r\n$1\r\na\r\n" + in + "*1\r\n$1\r\nb\r\n"
+		whole, split := read(in, false), read(in, true)
+		if !slices.Equal(whole, split) {
+			t.Fatalf("%q:\nwhole %q\nsplit %q", in, whole, split)
 		}
 	}
 }

@@ -67,20 +67,39 @@ type Hint struct {
 	mods uint32
 }
 
-// findHint is get that also returns a hint to the item it finds.
+// findHint is get that also returns a hint to the item it finds, or, if
+// key has none, to the leaf key's item would go in (i -1).
 func (t *tree) findHint(key string) (*item, Hint) {
-	n, i := t.lookup(key)
-	if n == nil {
-		return nil, Hint{}
+	n, i, ok := t.lookup(key)
+	if !ok {
+		return nil, t.hintAt(n, i, ok)
 	}
-	return &n.items[i], Hint{t: t, leaf: n, i: int32(i), mods: n.mods}
+	return &n.items[i], t.hintAt(n, i, ok)
+}
+
+// hintAt is the hint to what lookup returned.
+func (t *tree) hintAt(n *bnode, i int, ok bool) Hint {
+	if !ok {
+		i = -1
+	}
+	return Hint{t: t, leaf: n, i: int32(i), mods: n.mods}
 }
 
 // hinted is get of key starting from h, a hint that findHint returned for
 // key: while the leaf's list of items has not changed since (mods), its i-th
-// item is the one findHint found, key's. The caller holds the write lock.
+// item is the one findHint found, key's, or key still has none (i -1). That
+// holds because a key is only ever inserted into the leaf whose range holds
+// it (an insert counts in mods), and a leaf's range only shrinks when items
+// move out of it (a split, a share: counted too); an unlinked sibling's
+// range goes to a neighbour, growing it. An absent key's hint saves a new
+// key's insert the get's descent it would repeat (a new field's row, ~8 %
+// of the HSETs of a pipelined run: docs/design/hashes.md, "Session 35").
+// The caller holds the write lock. TestHintedAgreesWithGet.
 func (t *tree) hinted(key string, h Hint) *item {
 	if n := h.leaf; n != nil && h.t == t && n.mods == h.mods {
+		if h.i < 0 {
+			return nil
+		}
 		if it := &n.items[h.i]; refLen(it.kref) == len(key) { // (a guard: the lengths are at hand)
 			return it
 		}
@@ -394,22 +413,21 @@ func (t *tree) fitLeaf(n *bnode, key string) uint64 {
 
 // get returns a pointer to key's item, or nil.
 func (t *tree) get(key string) *item {
-	if n, i := t.lookup(key); n != nil {
+	if n, i, ok := t.lookup(key); ok {
 		return &n.items[i]
 	}
 	return nil
 }
 
-// lookup returns the leaf holding key's item and its index there (nil: none).
-func (t *tree) lookup(key string) (*bnode, int) {
-	n := t.root
+// lookup returns the leaf whose range holds key and the index there of
+// key's item, if it has one (ok), else of the first item after it.
+func (t *tree) lookup(key string) (n *bnode, i int, ok bool) {
+	n = t.root
 	for !n.isLeaf() {
 		n = n.kids[childIndex(n, key)]
 	}
-	if i, ok := t.search(n, key); ok {
-		return n, i
-	}
-	return nil, 0
+	i, ok = t.search(n, key)
+	return n, i, ok
 }
 
 // insert adds it; its key must not be present.

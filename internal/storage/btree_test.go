@@ -383,7 +383,7 @@ func TestHintedAgreesWithGet(t *testing.T) {
 	rng := rand.New(rand.NewSource(5))
 	tr := newTree()
 	key := func(i int) string { return fmt.Sprintf("\xff\xffkefir/h/gen%d/element:%06d", i%2, i/2) }
-	hits, stale := 0, 0
+	hits, absent, stale := 0, 0, 0
 	for step := 0; step < 100000; step++ {
 		// A probe of a random key, then up to three inserts or removes of
 		// keys near it (its leaf's, or a neighbour's), in phases that grow
@@ -392,7 +392,7 @@ func TestHintedAgreesWithGet(t *testing.T) {
 		ki := rng.Intn(10000)
 		k := key(ki)
 		p, h := tr.findHint(k)
-		if p != tr.get(k) || (p == nil) != (h == Hint{}) {
+		if p != tr.get(k) || h.leaf == nil || (p == nil) != (h.i < 0) {
 			t.Fatalf("step %d: findHint(%q) = %p, %+v; get %p", step, k, p, h, tr.get(k))
 		}
 		grow := step/5000%2 == 0
@@ -410,18 +410,19 @@ func TestHintedAgreesWithGet(t *testing.T) {
 			t.Fatalf("step %d: hinted(%q) = %p, get %p", step, k, got, want)
 		}
 		switch {
-		case h.leaf == nil:
-		case h.leaf.mods == h.mods:
-			hits++
-		default:
+		case h.leaf.mods != h.mods:
 			stale++
+		case h.i < 0:
+			absent++
+		default:
+			hits++
 		}
 	}
 	if err := tr.check(); err != nil {
 		t.Fatal(err)
 	}
-	if hits == 0 || stale == 0 {
-		t.Fatalf("%d hints held, %d were stale: the test does not exercise both", hits, stale)
+	if hits == 0 || absent == 0 || stale == 0 {
+		t.Fatalf("%d hints held (%d of absent keys), %d were stale: the test does not exercise all three", hits+absent, absent, stale)
 	}
 	// A hint of another tree is none.
 	other := newTree()
