@@ -158,7 +158,7 @@ func hscan(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn), erro
 	}
 	var pattern []byte
 	novalues := false
-	count := int64(scanDefaultCount)
+	count := int64(command.ScanDefaultCount)
 	for i := 3; i < len(args); i++ {
 		switch {
 		case eq(args[i], "MATCH") && i+1 < len(args):
