@@ -352,7 +352,6 @@ func stringEncoding(v []byte) string {
 
 // ---- SCAN, KEYS, RANDOMKEY ----
 
-
 // scanCommand is SCAN cursor [MATCH p] [COUNT n] [TYPE t] (command.Scan).
 // The engine is ordered, so a cursor stands for the key to resume from:
 // every key after the last one returned. One call reads up to COUNT keys
