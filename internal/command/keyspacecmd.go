@@ -336,6 +336,65 @@ func (sa ScanArgs) Page(start []byte, run Run, limit int) (keys [][]byte, last [
 	return keys, last, nil
 }
 
+// HScanArgs are HSCAN's options (key cursor [MATCH p] [COUNT n] [NOVALUES]).
+type HScanArgs struct {
+	Pattern  []byte // nil: any
+	Count    int64
+	NoValues bool
+}
+
+// ParseHScanArgs reads HSCAN's options, args[3:].
+func ParseHScanArgs(args [][]byte) (HScanArgs, error) {
+	ha := HScanArgs{Count: ScanDefaultCount}
+	for i := 3; i < len(args); i++ {
+		switch {
+		case Eq(args[i], "MATCH") && i+1 < len(args):
+			ha.Pattern = args[i+1]
+			i++
+		case Eq(args[i], "COUNT") && i+1 < len(args):
+			n, err := ParseInt(args[i+1])
+			if err != nil {
+				return ha, err
+			}
+			if n < 1 {
+				return ha, ErrSyntax
+			}
+			ha.Count = n
+			i++
+		case Eq(args[i], "NOVALUES"):
+			ha.NoValues = true
+		default:
+			return ha, ErrSyntax
+		}
+	}
+	return ha, nil
+}
+
+// Page is one page of an HSCAN of key from the field start: up to limit
+// fields read (kv.KindHScan, one state), of which it returns those MATCH
+// keeps (field, value... or fields only), and the last field read (nil: the
+// hash ended, the cursor is 0).
+func (ha HScanArgs) Page(key, start []byte, run Run, limit int) (out [][]byte, last []byte, err error) {
+	res, err := run(kv.Op{Kind: kv.KindHScan, Key: key, Value: start, Limit: limit})
+	if err != nil {
+		return nil, nil, err
+	}
+	out = make([][]byte, 0, len(res.Array))
+	for i := 0; i < len(res.Array); i += 2 {
+		if ha.Pattern != nil && !kv.Match(ha.Pattern, res.Array[i]) {
+			continue
+		}
+		out = append(out, res.Array[i])
+		if !ha.NoValues {
+			out = append(out, res.Array[i+1])
+		}
+	}
+	if len(res.Array)/2 >= limit {
+		last = res.Array[len(res.Array)-2]
+	}
+	return out, last, nil
+}
+
 // RangeEnded reports whether a range read of limit keys that returned res
 // reached the end of its range: fewer keys than asked for, and not because
 // the read stopped at kv.MaxScanBytes of keys and values.

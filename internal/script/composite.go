@@ -1,8 +1,6 @@
 package script
 
 import (
-	"strconv"
-
 	"github.com/kefirdb/kefir/internal/command"
 	"github.com/kefirdb/kefir/internal/kv"
 )
@@ -36,7 +34,8 @@ var composites = map[string]func(a [][]byte, run command.Run) (kv.Result, error)
 		keys, err := command.Keys([]byte("*"), run, scanPage)
 		return kv.Result{Kind: kv.ResInt, Int: int64(len(keys))}, err
 	},
-	"SCAN": scan,
+	"SCAN":  scan,
+	"HSCAN": hscan,
 }
 
 func getRange(a [][]byte, run command.Run) (kv.Result, error) {
@@ -80,14 +79,39 @@ func scan(a [][]byte, run command.Run) (kv.Result, error) {
 		}
 		start = command.After(last)
 	}
+	return lastPage(keys), nil
+}
+
+// lastPage is a SCAN's or HSCAN's reply of the elements out with cursor 0.
+func lastPage(out [][]byte) kv.Result {
 	b := append([]byte("*2\r\n"), "$1\r\n0\r\n"...)
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(len(keys)), 10)
-	b = append(b, '\r', '\n')
-	for _, k := range keys {
-		b = appendBulk(b, k)
+	return kv.Result{Kind: kv.ResReply, Bulk: appendResult(b, kv.Result{Kind: kv.ResArray, Array: out})}
+}
+
+// hscan is HSCAN inside an op: as scan, the rest of the hash from where the
+// cursor resumes, with cursor 0.
+func hscan(a [][]byte, run command.Run) (kv.Result, error) {
+	c, err := command.ParseCursor(a[2])
+	if err != nil {
+		return kv.Result{}, err
 	}
-	return kv.Result{Kind: kv.ResReply, Bulk: b}, nil
+	ha, err := command.ParseHScanArgs(a)
+	if err != nil {
+		return kv.Result{}, err
+	}
+	start := command.CursorPrefix(c)
+	var out [][]byte
+	for {
+		page, last, err := ha.Page(a[1], start, run, scanPage)
+		if err != nil {
+			return kv.Result{}, err
+		}
+		out = append(out, page...)
+		if last == nil {
+			return lastPage(out), nil
+		}
+		start = command.After(last)
+	}
 }
 
 // runComposite runs the composite command argv (parse said composite).

@@ -30,9 +30,9 @@ func sortedLeaves(v resp.Value) string {
 }
 
 // Every data command Kefir implements may be held by MULTI, as in Redis:
-// range reads (KEYS, SCAN, DBSIZE, HGETALL, HKEYS, HVALS) and the long tail
-// (TYPE, RENAME, RENAMENX, COPY, TOUCH, GETRANGE, SETRANGE, SETBIT, GETBIT,
-// BITCOUNT, BITPOS, HSTRLEN, HINCRBYFLOAT, MSETNX), each reading the
+// range reads (KEYS, SCAN, DBSIZE, HGETALL, HKEYS, HVALS, HSCAN) and the
+// long tail (TYPE, RENAME, RENAMENX, COPY, TOUCH, GETRANGE, SETRANGE, SETBIT,
+// GETBIT, BITCOUNT, BITPOS, HSTRLEN, HINCRBYFLOAT, MSETNX), each reading the
 // transaction's own earlier writes. Compared reply by reply with a real
 // redis-server on a single node and on a replica group's leader: arrays of
 // keys sorted (hash order against key order).
@@ -52,13 +52,13 @@ func TestExecRangeReadsMatchRedis(t *testing.T) {
 		"MULTI", "SETRANGE s 2 XY", "GETRANGE s 0 -1", "SUBSTR s 1 2", "SETBIT b 7 1", "GETBIT b 7", "GETBIT b 6",
 		"BITCOUNT b", "BITCOUNT b 0 0 BIT", "BITPOS b 1", "BITPOS b 0 0 -1", "STRLEN s", "MSETNX m1 1 m2 2",
 		"MSETNX m1 x m3 3", "INCRBYFLOAT f 1.5", "HINCRBYFLOAT h a 2.5", "HSET h b 22 c 333", "HSTRLEN h c",
-		"HKEYS h", "HVALS h", "HLEN h", "TOUCH s b nokey", "COPY s s2", "RENAMENX s2 s", "RENAMENX s2 s3",
+		"HKEYS h", "HVALS h", "HLEN h", "HSCAN h 0", "HSCAN h 0 MATCH [ab] COUNT 1", "TOUCH s b nokey", "COPY s s2", "RENAMENX s2 s", "RENAMENX s2 s3",
 		"COPY h h2", "HDEL h2 b", "HGETALL h2", "HGETALL h", "KEYS s*", "KEYS *2", "SCAN 0 MATCH m* COUNT 1000",
 		"SCAN 0 TYPE hash COUNT 1000", "DEL h", "TYPE h", "HGETALL h", "KEYS h*", "DBSIZE", "EXEC",
 		// Runtime and syntax errors are their command's element.
 		"MULTI", "GETRANGE s a b", "RENAME nokey z", "SCAN 0 COUNT 0", "SCAN abc", "SCAN 0 BADOPT 1",
 		"BITCOUNT s 0", "BITPOS s 2", "COPY h2 h2", "HGETALL s", "SETBIT s -1 1", "SETRANGE s -1 x",
-		"HINCRBYFLOAT h2 a x", "MSETNX a", "COPY s t DB 1", "GET s", "EXEC",
+		"HINCRBYFLOAT h2 a x", "MSETNX a", "HSCAN h2 abc", "HSCAN h2 0 COUNT 0", "HSCAN s 0", "COPY s t DB 1", "GET s", "EXEC",
 		// Reads only: a read (KindExecRO), the reader's scanner.
 		"MULTI", "KEYS *", "HGETALL h2", "SCAN 0 COUNT 1000", "DBSIZE", "TYPE h2", "GETRANGE s3 0 1", "EXEC",
 		// A watch with range reads.
