@@ -132,7 +132,7 @@ func parse(spec *command.Spec, a [][]byte, now int64) (kv.Op, shape, error) {
 			op.Delta = -op.Delta
 		}
 		return op, asIs, nil
-	case "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT", "PERSIST", "SETEX", "PSETEX":
+	case "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT", "PERSIST", "SETEX", "PSETEX", "GETEX":
 		op, _, err := command.ParseExpiryWrite(spec.Name, a, now)
 		return op, asIs, err
 	case "TTL", "PTTL":
@@ -189,6 +189,8 @@ func parse(spec *command.Spec, a [][]byte, now int64) (kv.Op, shape, error) {
 		return kv.Op{Kind: kv.KindHGetAll, Key: a[1]}, hvals, nil
 	case "HINCRBYFLOAT":
 		return kv.Op{Kind: kv.KindHIncrByFloat, Key: a[1], Keys: a[2:3], Value: a[3]}, asIs, nil
+	case "KEFIR.CAS":
+		return kv.Op{Kind: kv.KindCAS, Key: a[1], Expected: a[2], Value: a[3]}, asIs, nil
 	case "TOUCH":
 		return kv.Op{Kind: kv.KindExists, Keys: a[1:]}, asIs, nil
 	case "FLUSHDB", "FLUSHALL":

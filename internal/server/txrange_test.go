@@ -51,7 +51,7 @@ func TestExecRangeReadsMatchRedis(t *testing.T) {
 		"TYPE y", "TYPE h", "TYPE nokey", "DBSIZE", "EXISTS e", "EXEC",
 		"MULTI", "SETRANGE s 2 XY", "GETRANGE s 0 -1", "SUBSTR s 1 2", "SETBIT b 7 1", "GETBIT b 7", "GETBIT b 6",
 		"BITCOUNT b", "BITCOUNT b 0 0 BIT", "BITPOS b 1", "BITPOS b 0 0 -1", "STRLEN s", "MSETNX m1 1 m2 2",
-		"MSETNX m1 x m3 3", "INCRBYFLOAT f 1.5", "HINCRBYFLOAT h a 2.5", "HSET h b 22 c 333", "HSTRLEN h c",
+		"MSETNX m1 x m3 3", "INCRBYFLOAT f 1.5", "GETEX f EX 100", "TTL f", "GETEX f PERSIST", "TTL f", "GETEX nokey", "GETEX f BADOPT", "HINCRBYFLOAT h a 2.5", "HSET h b 22 c 333", "HSTRLEN h c",
 		"HKEYS h", "HVALS h", "HLEN h", "HSCAN h 0", "HSCAN h 0 MATCH [ab] COUNT 1", "TOUCH s b nokey", "COPY s s2", "RENAMENX s2 s", "RENAMENX s2 s3",
 		"COPY h h2", "HDEL h2 b", "HGETALL h2", "HGETALL h", "KEYS s*", "KEYS *2", "SCAN 0 MATCH m* COUNT 1000",
 		"SCAN 0 TYPE hash COUNT 1000", "DEL h", "TYPE h", "HGETALL h", "KEYS h*", "DBSIZE", "EXEC",
@@ -124,6 +124,12 @@ func TestExecRangeReadsSeeOwnWrites(t *testing.T) {
 			HRANDFIELD h => ERR command 'hrandfield' can not be used inside MULTI*
 			DISCARD => OK
 			KEYS * => ["b", "e", "f", "g", "h"]
+			MULTI => OK
+			KEFIR.CAS b 1 2 => QUEUED
+			KEFIR.CAS b 1 3 => QUEUED
+			GET b => QUEUED
+			EXEC => [(integer) 1, (integer) 0, "2"]
+			KEFIR.CAS b 2 3 => (integer) 1
 		`)
 	})
 }
