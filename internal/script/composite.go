@@ -66,26 +66,9 @@ func scan(a [][]byte, run command.Run) (kv.Result, error) {
 	if err != nil {
 		return kv.Result{}, err
 	}
-	start := command.CursorPrefix(c)
-	var keys [][]byte
-	for {
-		page, last, err := sa.Page(start, run, scanPage)
-		if err != nil {
-			return kv.Result{}, err
-		}
-		keys = append(keys, page...)
-		if last == nil {
-			break
-		}
-		start = command.After(last)
-	}
-	return lastPage(keys), nil
-}
-
-// lastPage is a SCAN's or HSCAN's reply of the elements out with cursor 0.
-func lastPage(out [][]byte) kv.Result {
-	b := append([]byte("*2\r\n"), "$1\r\n0\r\n"...)
-	return kv.Result{Kind: kv.ResReply, Bulk: appendResult(b, kv.Result{Kind: kv.ResArray, Array: out})}
+	return rest(command.CursorPrefix(c), func(start []byte) ([][]byte, []byte, error) {
+		return sa.Page(start, run, scanPage)
+	})
 }
 
 // hscan is HSCAN inside an op: as scan, the rest of the hash from where the
@@ -99,16 +82,24 @@ func hscan(a [][]byte, run command.Run) (kv.Result, error) {
 	if err != nil {
 		return kv.Result{}, err
 	}
-	start := command.CursorPrefix(c)
+	return rest(command.CursorPrefix(c), func(start []byte) ([][]byte, []byte, error) {
+		return ha.Page(a[1], start, run, scanPage)
+	})
+}
+
+// rest reads pages from start to the end of their range (page's last is
+// nil) and answers their elements as one SCAN or HSCAN reply, cursor 0.
+func rest(start []byte, page func(start []byte) (elems [][]byte, last []byte, err error)) (kv.Result, error) {
 	var out [][]byte
 	for {
-		page, last, err := ha.Page(a[1], start, run, scanPage)
+		elems, last, err := page(start)
 		if err != nil {
 			return kv.Result{}, err
 		}
-		out = append(out, page...)
+		out = append(out, elems...)
 		if last == nil {
-			return lastPage(out), nil
+			b := append([]byte("*2\r\n"), "$1\r\n0\r\n"...)
+			return kv.Result{Kind: kv.ResReply, Bulk: appendResult(b, kv.Result{Kind: kv.ResArray, Array: out})}, nil
 		}
 		start = command.After(last)
 	}

@@ -203,11 +203,6 @@ func (c *conn) evalMore(spec *command.Spec, args [][]byte, run func(kv.Op) (kv.R
 	return nil, errf("ERR %s is not a read", strings.ToLower(spec.Name))
 }
 
-// keyType is TYPE's answer for key (command.KeyType).
-func keyType(key []byte, run func(kv.Op) (kv.Result, error)) (string, error) {
-	return command.KeyType(key, run)
-}
-
 // lcsCommand is LCS key1 key2 [LEN] [IDX] [MINMATCHLEN n] [WITHMATCHLEN],
 // over one snapshot of both keys (an MGET); a missing key is an empty string.
 func lcsCommand(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn), error) {
