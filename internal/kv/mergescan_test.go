@@ -112,3 +112,50 @@ func TestMergeScanMatchesAModel(t *testing.T) {
 		}
 	}
 }
+
+// A user-key scan of an op (skipReserved) never reads the reserved keys'
+// range, and finds the user keys on both sides of it, at every limit.
+func TestSkipReservedReadsNoReservedKey(t *testing.T) {
+	keys := []string{"a", "\xff\xff\x00", string(ReservedKey("h/1")), string(ReservedKey("z")), "\xff\xffz", "\xff\xff\xff"}
+	var read []string
+	scan := func(start, end []byte, limit int, visit func(k, d, m []byte, v uint64) bool) error {
+		n := 0
+		for _, k := range keys {
+			if k < string(start) || (end != nil && k >= string(end)) {
+				continue
+			}
+			read = append(read, k)
+			n++
+			if !visit([]byte(k), []byte("v"), nil, 1) || (limit > 0 && n >= limit) {
+				return nil
+			}
+		}
+		return nil
+	}
+	want := []string{"a", "\xff\xff\x00", "\xff\xffz", "\xff\xff\xff"}
+	for limit := 0; limit <= 5; limit++ {
+		read = nil
+		var got []string
+		if err := ScanUser(skipReserved(scan), nil, nil, max(limit, 1)*10, 0, func(k, _ []byte, _ uint64) {
+			got = append(got, string(k))
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("limit %d: %q, want %q", limit, got, want)
+		}
+		for _, k := range read {
+			if IsReserved([]byte(k)) {
+				t.Fatalf("limit %d: read the reserved key %q", limit, k)
+			}
+		}
+		var page []string
+		err := skipReserved(scan)([]byte("a"), nil, limit, func(k, _, _ []byte, _ uint64) bool {
+			page = append(page, string(k))
+			return true
+		})
+		if n := min(limit, len(want)); err != nil || (limit > 0 && !slices.Equal(page, want[:n])) || (limit == 0 && !slices.Equal(page, want)) {
+			t.Fatalf("limit %d: page %q, %v", limit, page, err)
+		}
+	}
+}

@@ -215,6 +215,43 @@ func mergeScan(base Scanner, writes map[string]overlayRec, order []string, versi
 	return err
 }
 
+// skipReserved is scan without the reserved keys' range (hash rows, client
+// rows...), for a read of user keys (KindScan), which ScanUser would skip
+// one by one: an applier's Lister would list, and its getter read, every
+// one of them.
+func skipReserved(scan Scanner) Scanner {
+	rEnd := PrefixEnd(ReservedPrefix)
+	return func(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
+		n, stopped := 0, false
+		count := func(k, d, m []byte, v uint64) bool {
+			n++
+			stopped = !visit(k, d, m, v)
+			return !stopped
+		}
+		if bytes.Compare(start, ReservedPrefix) < 0 {
+			e := ReservedPrefix
+			if end != nil && bytes.Compare(end, e) < 0 {
+				e = end
+			}
+			if err := scan(start, e, limit, count); err != nil || stopped || (limit > 0 && n >= limit) {
+				return err
+			}
+		}
+		if end != nil && bytes.Compare(end, rEnd) <= 0 {
+			return nil
+		}
+		from := start
+		if bytes.Compare(from, rEnd) < 0 {
+			from = rEnd
+		}
+		rest := 0
+		if limit > 0 {
+			rest = limit - n
+		}
+		return scan(from, end, rest, count)
+	}
+}
+
 // listMerged is a Lister of the overlay's state (scanRange): COPY of a hash
 // lists the source's rows with it.
 func (o *overlay) listMerged(start, end []byte, visit func(key []byte) bool) error {
@@ -269,7 +306,11 @@ func (o *overlay) exec(sub *Op) (Result, error) {
 		if sub.Kind == KindWatch {
 			return Result{}, fmt.Errorf("%w: %v in a script", ErrInvalidOp, sub.Kind)
 		}
-		res, err := Read(o.view, o.scanRange, sub, OpScanLimit)
+		scan := o.scanRange
+		if sub.Kind == KindScan {
+			scan = skipReserved(scan)
+		}
+		res, err := Read(o.view, scan, sub, OpScanLimit)
 		o.readVer = max(o.readVer, res.Version)
 		return res, err
 	}
