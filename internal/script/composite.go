@@ -1,8 +1,11 @@
 package script
 
 import (
+	"bytes"
+
 	"github.com/kefirdb/kefir/internal/command"
 	"github.com/kefirdb/kefir/internal/kv"
+	"github.com/kefirdb/kefir/internal/resp"
 )
 
 // The commands a script or a transaction runs as several reads, or whose
@@ -34,8 +37,28 @@ var composites = map[string]func(a [][]byte, run command.Run) (kv.Result, error)
 		keys, err := command.Keys([]byte("*"), run, scanPage)
 		return kv.Result{Kind: kv.ResInt, Int: int64(len(keys))}, err
 	},
-	"SCAN":  scan,
-	"HSCAN": hscan,
+	"SCAN":   scan,
+	"HSCAN":  hscan,
+	"OBJECT": written(command.Object),
+	"LCS":    written(command.LCS),
+}
+
+// written runs a command whose reply the front door's RESP writer writes
+// (command.Reply): into a RESP2 buffer, the op's reply.
+func written(f func([][]byte, command.Run) (command.Reply, error)) func([][]byte, command.Run) (kv.Result, error) {
+	return func(a [][]byte, run command.Run) (kv.Result, error) {
+		r, err := f(a, run)
+		if err != nil {
+			return kv.Result{}, err
+		}
+		var buf bytes.Buffer
+		w := resp.NewWriter(&buf, 0)
+		r(w)
+		if err := w.Flush(); err != nil {
+			return kv.Result{}, err
+		}
+		return kv.Result{Kind: kv.ResReply, Bulk: buf.Bytes()}, nil
+	}
 }
 
 func getRange(a [][]byte, run command.Run) (kv.Result, error) {

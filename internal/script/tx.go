@@ -48,6 +48,11 @@ func Queueable(spec *command.Spec, argv [][]byte) error {
 	if _, ok := connReply(argv); ok {
 		return nil
 	}
+	if spec.Name == "OBJECT" {
+		if _, err := command.ObjectSubcommand(argv); err != nil {
+			return err // Redis's subcommands are commands: checked when queued
+		}
+	}
 	if _, _, err := parse(spec, argv, 0); err != nil {
 		var nc notCallable
 		if errors.As(err, &nc) && string(nc) == errFlushInside {

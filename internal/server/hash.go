@@ -255,24 +255,3 @@ func hrandfield(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn),
 		}
 	}, nil
 }
-
-// hashEncoding is OBJECT ENCODING of a hash, by Redis 7's default rule: a
-// listpack while it has at most 128 fields and no field or value over 64
-// bytes, else a hashtable. (Kefir stores every hash the same way: a row per
-// field; the name is what tools expect.)
-func hashEncoding(key []byte, run func(kv.Op) (kv.Result, error)) (string, error) {
-	res, err := run(kv.Op{Kind: kv.KindHLen, Key: key})
-	if err != nil || res.Int > 128 {
-		return "hashtable", err
-	}
-	all, err := run(kv.Op{Kind: kv.KindHGetAll, Key: key})
-	if err != nil {
-		return "", err
-	}
-	for _, b := range all.Array {
-		if len(b) > 64 {
-			return "hashtable", nil
-		}
-	}
-	return "listpack", nil
-}

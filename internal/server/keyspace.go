@@ -170,7 +170,7 @@ func (c *conn) evalMore(spec *command.Spec, args [][]byte, run func(kv.Op) (kv.R
 		}
 		return func(c *conn) { _ = c.w.WriteInt(res.Int) }, nil
 	case "OBJECT":
-		return objectCommand(args, run)
+		return replyOf(command.Object(args, run))
 	case "GETRANGE", "SUBSTR":
 		r, err := command.GetRange(args, run)
 		if err != nil {
@@ -195,7 +195,7 @@ func (c *conn) evalMore(spec *command.Spec, args [][]byte, run func(kv.Op) (kv.R
 	case "BITPOS":
 		return intOrErr(command.BitPos(args, run))
 	case "LCS":
-		return lcsCommand(args, run)
+		return replyOf(command.LCS(args, run))
 	}
 	if reply, ok, err := evalHash(spec, args, run); ok { // hash.go
 		return reply, err
@@ -203,69 +203,12 @@ func (c *conn) evalMore(spec *command.Spec, args [][]byte, run func(kv.Op) (kv.R
 	return nil, errf("ERR %s is not a read", strings.ToLower(spec.Name))
 }
 
-// lcsCommand is LCS key1 key2 [LEN] [IDX] [MINMATCHLEN n] [WITHMATCHLEN],
-// over one snapshot of both keys (an MGET); a missing key is an empty string.
-func lcsCommand(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn), error) {
-	var getLen, getIdx, withLen bool
-	var minLen int64
-	for j := 3; j < len(args); j++ {
-		switch {
-		case eq(args[j], "IDX"):
-			getIdx = true
-		case eq(args[j], "LEN"):
-			getLen = true
-		case eq(args[j], "WITHMATCHLEN"):
-			withLen = true
-		case eq(args[j], "MINMATCHLEN") && j+1 < len(args):
-			n, err := parseInt64(args[j+1])
-			if err != nil {
-				return nil, err
-			}
-			minLen = max(n, 0)
-			j++
-		default:
-			return nil, errSyntax
-		}
-	}
-	if getLen && getIdx {
-		return nil, errf("ERR If you want both the length and indexes, please just use IDX.")
-	}
-	res, err := run(kv.Op{Kind: kv.KindMGet, Keys: args[1:3]})
+// replyOf is the front door's writer of a command.Reply (or err).
+func replyOf(r command.Reply, err error) (func(*conn), error) {
 	if err != nil {
 		return nil, err
 	}
-	lcs, n, matches, ok := kv.LCS(res.Array[0], res.Array[1], !getLen, getIdx, minLen)
-	if !ok {
-		return nil, errf("ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len")
-	}
-	switch {
-	case getIdx:
-		return func(c *conn) {
-			_ = c.w.WriteMapHeader(2)
-			_ = c.w.WriteBulkString("matches")
-			_ = c.w.WriteArrayHeader(len(matches))
-			for _, m := range matches {
-				if withLen {
-					_ = c.w.WriteArrayHeader(3)
-				} else {
-					_ = c.w.WriteArrayHeader(2)
-				}
-				for _, r := range [][2]int64{m.A, m.B} {
-					_ = c.w.WriteArrayHeader(2)
-					_ = c.w.WriteInt(r[0])
-					_ = c.w.WriteInt(r[1])
-				}
-				if withLen {
-					_ = c.w.WriteInt(m.Len)
-				}
-			}
-			_ = c.w.WriteBulkString("len")
-			_ = c.w.WriteInt(n)
-		}, nil
-	case getLen:
-		return intReply(n), nil
-	}
-	return func(c *conn) { _ = c.w.WriteBulk(lcs) }, nil
+	return func(c *conn) { r(c.w) }, nil
 }
 
 func intReply(n int64) func(*conn) { return func(c *conn) { _ = c.w.WriteInt(n) } }
@@ -276,73 +219,6 @@ func intOrErr(n int64, err error) (func(*conn), error) {
 		return nil, err
 	}
 	return intReply(n), nil
-}
-
-// objectCommand is OBJECT ENCODING|FREQ|IDLETIME|REFCOUNT key. ENCODING
-// answers what Redis would pick for the value (int, embstr, raw), which is
-// what tools use it for; Kefir keeps neither access times nor frequencies,
-// so FREQ answers Redis's "not tracked" error and IDLETIME an error of its
-// own (docs/commands.md).
-func objectCommand(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn), error) {
-	sub := strings.ToLower(string(args[1]))
-	switch sub {
-	case "encoding", "freq", "idletime", "refcount":
-	case "help":
-		return func(c *conn) {
-			lines := []string{"OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-				"ENCODING <key>", "    Return the kind of internal representation used in order to store the value", "    associated with a <key>.",
-				"REFCOUNT <key>", "    Return the number of references of the value associated with the specified", "    <key>. (Always 1.)",
-				"FREQ <key>, IDLETIME <key>", "    Not tracked by Kefir.",
-				"HELP", "    Print this help."}
-			_ = c.w.WriteArrayHeader(len(lines))
-			for _, l := range lines {
-				_ = c.w.WriteSimple(l)
-			}
-		}, nil
-	default:
-		return nil, errf("ERR unknown subcommand '%s'. Try OBJECT HELP.", clip(args[1]))
-	}
-	if len(args) != 3 {
-		return nil, errf("ERR wrong number of arguments for 'object|%s' command", sub)
-	}
-	res, err := run(kv.Op{Kind: kv.KindGet, Key: args[2]})
-	isHash := errors.Is(err, kv.ErrWrongKind) // a hash: present, not a string
-	if err != nil && !isHash {
-		return nil, err
-	}
-	if !isHash && res.Kind != kv.ResBulk {
-		return func(c *conn) { _ = c.w.WriteNull() }, nil
-	}
-	switch sub {
-	case "freq":
-		return nil, errf("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.")
-	case "idletime":
-		return nil, errf("ERR OBJECT IDLETIME is not supported: Kefir does not track access times")
-	case "refcount":
-		return intReply(1), nil
-	}
-	enc := stringEncoding(res.Bulk)
-	if isHash {
-		if enc, err = hashEncoding(args[2], run); err != nil { // hash.go
-			return nil, err
-		}
-	}
-	return func(c *conn) { _ = c.w.WriteBulkString(enc) }, nil
-}
-
-// stringEncoding is the encoding Redis gives a string value it stores: int
-// for an integer it can hold as a long (at most 20 bytes, canonical form),
-// embstr up to 44 bytes, raw above.
-func stringEncoding(v []byte) string {
-	if len(v) <= 20 {
-		if _, err := kv.ParseInt(v); err == nil {
-			return "int"
-		}
-	}
-	if len(v) <= 44 {
-		return "embstr"
-	}
-	return "raw"
 }
 
 // ---- SCAN, KEYS, RANDOMKEY ----

@@ -32,7 +32,8 @@ func sortedLeaves(v resp.Value) string {
 // Every data command Kefir implements may be held by MULTI, as in Redis:
 // range reads (KEYS, SCAN, DBSIZE, HGETALL, HKEYS, HVALS, HSCAN) and the
 // long tail (TYPE, RENAME, RENAMENX, COPY, TOUCH, GETRANGE, SETRANGE, SETBIT,
-// GETBIT, BITCOUNT, BITPOS, HSTRLEN, HINCRBYFLOAT, MSETNX), each reading the
+// GETBIT, BITCOUNT, BITPOS, HSTRLEN, HINCRBYFLOAT, MSETNX, GETEX, OBJECT,
+// LCS), each reading the
 // transaction's own earlier writes. Compared reply by reply with a real
 // redis-server on a single node and on a replica group's leader: arrays of
 // keys sorted (hash order against key order).
@@ -58,9 +59,13 @@ func TestExecRangeReadsMatchRedis(t *testing.T) {
 		// Runtime and syntax errors are their command's element.
 		"MULTI", "GETRANGE s a b", "RENAME nokey z", "SCAN 0 COUNT 0", "SCAN abc", "SCAN 0 BADOPT 1",
 		"BITCOUNT s 0", "BITPOS s 2", "COPY h2 h2", "HGETALL s", "SETBIT s -1 1", "SETRANGE s -1 x",
-		"HINCRBYFLOAT h2 a x", "MSETNX a", "HSCAN h2 abc", "HSCAN h2 0 COUNT 0", "HSCAN s 0", "COPY s t DB 1", "GET s", "EXEC",
+		"HINCRBYFLOAT h2 a x", "MSETNX a", "HSCAN h2 abc", "HSCAN h2 0 COUNT 0", "HSCAN s 0", "COPY s t DB 1", "GET s", "OBJECT ENCODING nokey", "OBJECT FREQ s", "LCS s s3 LEN IDX", "EXEC",
+		// OBJECT's subcommand is checked when queued, as Redis's.
+		"MULTI", "OBJECT NOPE s", "OBJECT ENCODING", "GET s", "EXEC",
 		// Reads only: a read (KindExecRO), the reader's scanner.
 		"MULTI", "KEYS *", "HGETALL h2", "SCAN 0 COUNT 1000", "DBSIZE", "TYPE h2", "GETRANGE s3 0 1", "EXEC",
+		"MULTI", "SET i 12345", "OBJECT ENCODING i", "SET i abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz", "OBJECT ENCODING i", "OBJECT ENCODING h2", "OBJECT REFCOUNT h2",
+		"SET l1 ohmytext", "SET l2 mynewtext", "LCS l1 l2", "LCS l1 l2 LEN", "LCS l1 l2 IDX MINMATCHLEN 2 WITHMATCHLEN", "DEL i l1 l2", "EXEC",
 		// A watch with range reads.
 		"WATCH s3", "MULTI", "KEYS s*", "DEL s3", "KEYS s*", "EXEC", "KEYS *",
 		// A transaction that deletes everything it can see.
