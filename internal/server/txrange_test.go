@@ -59,9 +59,9 @@ func TestExecRangeReadsMatchRedis(t *testing.T) {
 		// Runtime and syntax errors are their command's element.
 		"MULTI", "GETRANGE s a b", "RENAME nokey z", "SCAN 0 COUNT 0", "SCAN abc", "SCAN 0 BADOPT 1",
 		"BITCOUNT s 0", "BITPOS s 2", "COPY h2 h2", "HGETALL s", "SETBIT s -1 1", "SETRANGE s -1 x",
-		"HINCRBYFLOAT h2 a x", "MSETNX a", "HSCAN h2 abc", "HSCAN h2 0 COUNT 0", "HSCAN s 0", "COPY s t DB 1", "GET s", "OBJECT ENCODING nokey", "OBJECT FREQ s", "LCS s s3 LEN IDX", "EXEC",
+		"HINCRBYFLOAT h2 a x", "MSETNX a 1 b", "HSCAN h2 abc", "HSCAN h2 0 COUNT 0", "HSCAN s 0", "GET s", "OBJECT ENCODING nokey", "OBJECT FREQ s", "LCS s s3 LEN IDX", "EXEC",
 		// OBJECT's subcommand is checked when queued, as Redis's.
-		"MULTI", "OBJECT NOPE s", "OBJECT ENCODING", "GET s", "EXEC",
+		"MULTI", "OBJECT NOPE s", "OBJECT ENCODING", "GET s", "EXEC!",
 		// Reads only: a read (KindExecRO), the reader's scanner.
 		"MULTI", "KEYS *", "HGETALL h2", "SCAN 0 COUNT 1000", "DBSIZE", "TYPE h2", "GETRANGE s3 0 1", "EXEC",
 		"MULTI", "SET i 12345", "OBJECT ENCODING i", "SET i abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz", "OBJECT ENCODING i", "OBJECT ENCODING h2", "OBJECT REFCOUNT h2",
@@ -76,7 +76,9 @@ func TestExecRangeReadsMatchRedis(t *testing.T) {
 			time.Sleep(120 * time.Millisecond)
 			continue
 		}
-		args := strings.Fields(cmd)
+		// EXEC! is an EXEC that must answer EXECABORT; every other must not.
+		abort := cmd == "EXEC!"
+		args := strings.Fields(strings.TrimSuffix(cmd, "!"))
 		rc.send(args...)
 		rv, err := rc.rd.ReadValue()
 		if err != nil {
@@ -88,6 +90,9 @@ func TestExecRangeReadsMatchRedis(t *testing.T) {
 			v, err := tg.c.rd.ReadValue()
 			if err != nil {
 				t.Fatal(err)
+			}
+			if args[0] == "EXEC" && strings.Contains(want, "EXECABORT") != abort {
+				t.Errorf("%s: %s answered %s", tg.name, cmd, want)
 			}
 			if got := v.Kind.String() + " " + sortedLeaves(v); got != want {
 				t.Errorf("%s: %s:\n  redis: %s\n  kefir: %s", tg.name, cmd, want, got)
