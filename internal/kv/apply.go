@@ -86,7 +86,7 @@ func apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 		return applyExpiry(get, version, op, emit)
 	}
 	if isScriptKind(op.Kind) {
-		return applyScriptOp(get, version, op, maxValue, emit) // script.go
+		return applyScriptOp(get, nil, version, op, maxValue, emit) // script.go; ApplyWith passes a Lister
 	}
 	if isSlotKind(op.Kind) {
 		return applySlotOp(get, version, op, emit) // slots.go

@@ -66,7 +66,8 @@ var FlushMark = ReservedKey("flush")
 // state an op is evaluated against: every key of the range that may exist
 // there (a superset is fine: Apply asks the Getter about each), each once,
 // in any order, until visit returns false. Only the ops Op.Lists names need
-// it: KindFlush (the whole keyspace) and KindCopy (a hash's rows).
+// it: KindFlush (the whole keyspace), KindCopy (a hash's rows), and the ops
+// that run commands (KindExec, KindEval: their range reads, mergeScan).
 type Lister func(start, end []byte, visit func(key []byte) bool) error
 
 // record is what a stored key holds, as the Getter reports it. RENAME, COPY
@@ -144,6 +145,8 @@ func ApplyWithOptions(get Getter, list Lister, has Prober, version uint64, op *O
 		return applyMove(get, list, version, op, emit)
 	case op.Kind == KindExec:
 		return applyExec(get, list, version, op, maxValue, emit) // tx.go
+	case op.Kind == KindEval:
+		return applyScriptOp(get, list, version, op, maxValue, emit) // script.go
 	case isHashWrite(op.Kind):
 		return applyHash(get, has, version, op, emit, o)
 	}

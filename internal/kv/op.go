@@ -437,5 +437,8 @@ func (op *Op) WritesAll() bool {
 
 // Lists reports whether op needs the caller's key Lister (ApplyWith): a
 // flush lists the keyspace, a COPY the rows of a hash it may copy, an EXEC
-// those of a hash it watches (Observe).
-func (op *Op) Lists() bool { return op.Kind == KindFlush || op.Kind == KindCopy || op.Kind == KindExec }
+// those of a hash it watches (Observe), an EXEC or an EVAL the ranges its
+// commands read (SCAN, KEYS, HGETALL...: mergeScan).
+func (op *Op) Lists() bool {
+	return op.Kind == KindFlush || op.Kind == KindCopy || op.Kind == KindExec || op.Kind == KindEval
+}

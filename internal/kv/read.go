@@ -41,7 +41,7 @@ func Read(get Getter, scan Scanner, op *Op, maxScan int) (Result, error) {
 	}
 	switch op.Kind {
 	case KindEvalRO:
-		return readScript(get, op) // script.go
+		return readScript(get, scan, op) // script.go
 	case KindWatch:
 		return readWatch(get, scan, op) // tx.go
 	case KindExecRO:

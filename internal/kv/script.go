@@ -86,6 +86,10 @@ var ErrNoScripting = fmt.Errorf("%w: scripting is not linked into this build", E
 // record (docs/design/scripting.md, "Left").
 const ScriptMaxKey = 64 << 10
 
+// OpScanLimit caps a range read (KindScan) of a script's or a transaction's
+// command: the front door's page (KEYS reads in pages of it).
+const OpScanLimit = 100_000
+
 // overlayRec is a script's write to one key, not yet emitted.
 type overlayRec struct {
 	data, meta []byte
@@ -108,10 +112,12 @@ type overlay struct {
 	readVer  uint64
 	gens     hashGens // the generations of the hashes created so far (newHashGen)
 	batch    []staged
-	// scan, if set, serves the point range reads (a hash's field row) of
-	// keys the overlay does not hold: a reader's getter may hide reserved
-	// keys (a read-only transaction, KindExecRO, reads rows so).
+	// scan, if set, is the state's Scanner (a reader's: its getter may
+	// hide reserved keys, so a read-only transaction, KindExecRO, reads a
+	// hash's rows through it); list, if set, the state's Lister (an
+	// applier's, ApplyWith). Either lets the commands read ranges (scan).
 	scan Scanner
+	list Lister
 }
 
 type staged struct {
@@ -130,21 +136,160 @@ func (o *overlay) view(key []byte) ([]byte, []byte, uint64, bool, error) {
 	return o.get(key)
 }
 
-// point serves the one range read the commands make, a point (HGET's field
-// row): a scan would have to merge the overlay into the store's order.
-func (o *overlay) point(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
-	if len(end) != len(start)+1 || end[len(start)] != 0 || !bytes.HasPrefix(end, start) {
-		return fmt.Errorf("%w: a range read in a script", ErrInvalidOp)
+// scanRange is the Scanner of the commands' range reads (a hash's rows,
+// SCAN, KEYS...): the state's keys in [start, end) merged with the overlay's
+// writes in key order (mergeScan). A point range (PointRange: HGET's field
+// row) of an applier's state is a lookup through view, as it was before
+// range reads: listing the range would cost more.
+func (o *overlay) scanRange(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
+	base := o.scan
+	if base == nil {
+		if PointRange(start, end, limit) {
+			data, meta, ver, ok, err := o.view(start)
+			if err != nil || !ok {
+				return err
+			}
+			visit(start, data, meta, ver)
+			return nil
+		}
+		if o.list == nil {
+			return fmt.Errorf("%w: a range read needs the caller's scanner or key lister", ErrInvalidOp)
+		}
+		base = listScanner(o.get, o.list)
 	}
-	if _, mine := o.writes[string(start)]; !mine && o.scan != nil {
-		return o.scan(start, end, limit, visit)
+	return mergeScan(base, o.writes, o.order, o.version, start, end, limit, visit)
+}
+
+// mergeScan visits the keys in [start, end) of base (the state before the
+// op) with writes (the overlay's records, order their keys) in front of it,
+// in key order, at most limit of them (0: no limit): a key the overlay
+// deleted is hidden, one it wrote is visited with its record at version
+// (the op's), wherever it falls among base's keys. It is the one merge every
+// range read of a script or transaction goes through; ScanUser above it
+// hides reserved and expired keys as at the front door.
+func mergeScan(base Scanner, writes map[string]overlayRec, order []string, version uint64, start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
+	var mine []string
+	for _, k := range order {
+		if k >= string(start) && (end == nil || k < string(end)) {
+			mine = append(mine, k)
+		}
 	}
-	data, meta, ver, ok, err := o.view(start)
-	if err != nil || !ok {
-		return err
+	slices.Sort(mine)
+	n, i := 0, 0
+	done := false
+	// own visits the overlay's record of mine[i] (a deletion: nothing) and
+	// reports whether the scan goes on.
+	own := func() bool {
+		k := mine[i]
+		i++
+		r := writes[k]
+		if r.tomb {
+			return true
+		}
+		n++
+		done = !visit([]byte(k), r.data, r.meta, version) || (limit > 0 && n >= limit)
+		return !done
 	}
-	visit(start, data, meta, ver)
-	return nil
+	// The overlay hides at most len(mine) of base's keys: base reads that
+	// many more than the limit, and no more.
+	baseLimit := 0
+	if limit > 0 {
+		baseLimit = limit + len(mine)
+	}
+	err := base(start, end, baseLimit, func(k, data, meta []byte, ver uint64) bool {
+		for i < len(mine) && mine[i] < string(k) {
+			if !own() {
+				return false
+			}
+		}
+		if i < len(mine) && mine[i] == string(k) {
+			return own() // the overlay's record stands for base's
+		}
+		n++
+		done = !visit(k, data, meta, ver) || (limit > 0 && n >= limit)
+		return !done
+	})
+	for err == nil && !done && i < len(mine) {
+		own()
+	}
+	return err
+}
+
+// skipReserved is scan without the reserved keys' range (hash rows, client
+// rows...), for a read of user keys (KindScan), which ScanUser would skip
+// one by one: an applier's Lister would list, and its getter read, every
+// one of them.
+func skipReserved(scan Scanner) Scanner {
+	rEnd := PrefixEnd(ReservedPrefix)
+	return func(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
+		n, stopped := 0, false
+		count := func(k, d, m []byte, v uint64) bool {
+			n++
+			stopped = !visit(k, d, m, v)
+			return !stopped
+		}
+		if bytes.Compare(start, ReservedPrefix) < 0 {
+			e := ReservedPrefix
+			if end != nil && bytes.Compare(end, e) < 0 {
+				e = end
+			}
+			if err := scan(start, e, limit, count); err != nil || stopped || (limit > 0 && n >= limit) {
+				return err
+			}
+		}
+		if end != nil && bytes.Compare(end, rEnd) <= 0 {
+			return nil
+		}
+		from := start
+		if bytes.Compare(from, rEnd) < 0 {
+			from = rEnd
+		}
+		rest := 0
+		if limit > 0 {
+			rest = limit - n
+		}
+		return scan(from, end, rest, count)
+	}
+}
+
+// listMerged is a Lister of the overlay's state (scanRange): COPY of a hash
+// lists the source's rows with it.
+func (o *overlay) listMerged(start, end []byte, visit func(key []byte) bool) error {
+	return o.scanRange(start, end, 0, func(k, _, _ []byte, _ uint64) bool { return visit(k) })
+}
+
+// listScanner is a Scanner over an applier's state: the keys list names in
+// [start, end) (in any order, a superset: Lister), sorted, each read
+// through get (a listed key may be absent). It lists the whole range before
+// the first visit, whatever the limit: a range read in an op that writes
+// costs the range's size (docs/design/transactions.md).
+func listScanner(get Getter, list Lister) Scanner {
+	return func(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
+		var keys []string
+		if err := list(start, end, func(k []byte) bool {
+			keys = append(keys, string(k))
+			return true
+		}); err != nil {
+			return err
+		}
+		slices.Sort(keys)
+		keys = slices.Compact(keys)
+		n := 0
+		for _, k := range keys {
+			data, meta, ver, ok, err := get([]byte(k))
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			n++
+			if !visit([]byte(k), bytes.Clone(data), bytes.Clone(meta), ver) || (limit > 0 && n >= limit) {
+				return nil
+			}
+		}
+		return nil
+	}
 }
 
 // exec runs one command (a ScriptExec).
@@ -158,10 +303,14 @@ func (o *overlay) exec(sub *Op) (Result, error) {
 		}
 	}
 	if !sub.Kind.IsUpdate() {
-		if sub.Kind == KindScan || sub.Kind == KindWatch {
+		if sub.Kind == KindWatch {
 			return Result{}, fmt.Errorf("%w: %v in a script", ErrInvalidOp, sub.Kind)
 		}
-		res, err := Read(o.view, o.point, sub, 0)
+		scan := o.scanRange
+		if sub.Kind == KindScan {
+			scan = skipReserved(scan)
+		}
+		res, err := Read(o.view, scan, sub, OpScanLimit)
 		o.readVer = max(o.readVer, res.Version)
 		return res, err
 	}
@@ -180,11 +329,19 @@ func (o *overlay) exec(sub *Op) (Result, error) {
 // through TxOverlay (itx.go).
 func (o *overlay) stage(sub *Op) (Result, error) {
 	o.batch = o.batch[:0]
-	res, err := apply(o.view, o.version, sub, o.maxValue, func(key, value, meta []byte, tomb bool) {
+	keep := func(key, value, meta []byte, tomb bool) {
 		// Copied: key and value may alias the sub-op's buffers, which
 		// the interpreter reuses.
 		o.batch = append(o.batch, staged{append([]byte(nil), key...), append([]byte(nil), value...), append([]byte(nil), meta...), tomb})
-	})
+	}
+	var res Result
+	var err error
+	if sub.Kind == KindCopy && (o.list != nil || o.scan != nil) {
+		// COPY of a hash lists the source's rows: the merged state's.
+		res, err = applyMove(o.view, o.listMerged, o.version, sub, keep)
+	} else {
+		res, err = apply(o.view, o.version, sub, o.maxValue, keep)
+	}
 	if err != nil {
 		return Result{}, err // the sub-op has no effect (Apply's contract)
 	}
@@ -222,7 +379,7 @@ func (o *overlay) emitAll(emit Emit) {
 }
 
 // applyScript runs a script op (see the top of this file).
-func applyScript(get Getter, version uint64, op *Op, maxValue int) (Result, *overlay, error) {
+func applyScript(get Getter, scan Scanner, list Lister, version uint64, op *Op, maxValue int) (Result, *overlay, error) {
 	if runScript == nil {
 		return Result{}, nil, ErrNoScripting
 	}
@@ -230,6 +387,7 @@ func applyScript(get Getter, version uint64, op *Op, maxValue int) (Result, *ove
 		return Result{}, nil, fmt.Errorf("%w: script numkeys %d of %d arguments", ErrInvalidOp, op.Delta, len(op.Keys))
 	}
 	o := newOverlay(get, version, op, maxValue)
+	o.scan, o.list = scan, list
 	reply, raised := runScript(op, o.exec)
 	res := Result{Kind: ResReply, Bulk: reply, Version: o.readVer}
 	if raised {
@@ -258,23 +416,31 @@ func declaredOnly(op, sub *Op) error {
 	if sub.Kind == KindFlush {
 		return ErrScriptUndeclaredKey
 	}
+	if sub.Kind == KindScan {
+		return ErrScanOneGroup
+	}
 	return nil
 }
+
+// ErrScanOneGroup refuses a keyspace read (SCAN, KEYS, DBSIZE, RANDOMKEY) of
+// a DeclaredKeysOnly script or transaction: at a node of several groups the
+// op is one group's and would answer that group's keys as the keyspace.
+var ErrScanOneGroup = errors.New("ERR a script or transaction at a node of several groups cannot read the keyspace (SCAN, KEYS, DBSIZE, RANDOMKEY): it runs in one group, which holds only some of the keys")
 
 // readScript is Read's case for KindEvalRO (it writes nothing). The
 // interpreter keeps the op it is handed, which would make every caller's op
 // escape to the heap, the GET hot path's too (TestCachedGetDoesNotAllocate,
 // internal/shard): it gets a copy.
-func readScript(get Getter, op *Op) (Result, error) {
+func readScript(get Getter, scan Scanner, op *Op) (Result, error) {
 	o := *op
-	res, _, err := applyScript(get, 0, &o, 0)
+	res, _, err := applyScript(get, scan, nil, 0, &o, 0)
 	return res, err
 }
 
 // applyScriptOp is Apply's case for the script kinds.
-func applyScriptOp(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+func applyScriptOp(get Getter, list Lister, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
 	o := *op // a copy, so that the callers' ops do not escape (readScript)
-	res, ov, err := applyScript(get, version, &o, maxValue)
+	res, ov, err := applyScript(get, nil, list, version, &o, maxValue)
 	if err != nil {
 		return Result{}, err
 	}

@@ -31,16 +31,30 @@ func (r *run) call(L *lua.LState, raise bool) int {
 			return r.fail(L, raise, "ERR Lua redis lib command arguments must be strings or integers")
 		}
 	}
-	op, shape, msg := prepare(argv, r.op.Now)
-	if msg != "" {
-		return r.fail(L, raise, msg)
-	}
-	res, err := r.exec(&op)
+	res, err := do(argv, r.op.Now, r.exec)
 	if err != nil {
 		return r.fail(L, raise, errText(err))
 	}
-	L.Push(toLua(L, shaped(&op, res, shape)))
+	L.Push(toLua(L, res))
 	return 1
+}
+
+// do runs the command argv through exec (a script's or a transaction's
+// overlay) at the op's clock now: its result as its reply, or its error
+// (a command.ReplyError for a refusal before it ran).
+func do(argv [][]byte, now int64, exec kv.ScriptExec) (kv.Result, error) {
+	op, shape, msg := prepare(argv, now)
+	if msg != "" {
+		return kv.Result{}, command.ReplyError(msg)
+	}
+	if shape == composite {
+		return runComposite(argv, func(op kv.Op) (kv.Result, error) { return exec(&op) })
+	}
+	res, err := exec(&op)
+	if err != nil {
+		return kv.Result{}, err
+	}
+	return shaped(&op, res, shape), nil
 }
 
 // prepare turns a command's argument vector into a kv op, as redis.call
@@ -99,6 +113,8 @@ func errText(err error) string {
 		return "ERR Write commands are not allowed from read-only scripts."
 	case errors.Is(err, kv.ErrScriptUndeclaredKey):
 		return kv.ErrScriptUndeclaredKey.Error()
+	case errors.Is(err, kv.ErrScanOneGroup):
+		return kv.ErrScanOneGroup.Error()
 	}
 	return "ERR " + err.Error()
 }

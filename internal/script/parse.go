@@ -29,6 +29,13 @@ const (
 	// Value (which a GET ignores): they run over the value read, as the
 	// front door runs them over its GET (kv.RunBitField).
 	bitFieldRO
+	hstrlen // HSTRLEN: the length of the one element of the array
+	hkeys   // HKEYS: the fields of HGETALL's array
+	hvals   // HVALS: the values of HGETALL's array
+	// composite: a command of several reads or a reply of its own (TYPE,
+	// KEYS, SCAN, BITCOUNT...; composite.go), run by runComposite rather
+	// than as one op.
+	composite
 )
 
 // shaped turns op's result into its command's reply.
@@ -61,6 +68,20 @@ func shaped(op *kv.Op, res kv.Result, s shape) kv.Result {
 			return kv.Result{Kind: kv.ResInt, Int: 1}
 		}
 		return kv.Result{Kind: kv.ResInt, Int: 0}
+	case hstrlen:
+		if res.Kind == kv.ResArray && len(res.Array) == 1 {
+			return kv.Result{Kind: kv.ResInt, Int: int64(len(res.Array[0]))}
+		}
+	case hkeys, hvals:
+		out := kv.Result{Kind: kv.ResArray, Array: [][]byte{}}
+		from := 0
+		if s == hvals {
+			from = 1
+		}
+		for i := from; i < len(res.Array); i += 2 {
+			out.Array = append(out.Array, res.Array[i])
+		}
+		return out
 	}
 	return res
 }
@@ -111,7 +132,7 @@ func parse(spec *command.Spec, a [][]byte, now int64) (kv.Op, shape, error) {
 			op.Delta = -op.Delta
 		}
 		return op, asIs, nil
-	case "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT", "PERSIST", "SETEX", "PSETEX":
+	case "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT", "PERSIST", "SETEX", "PSETEX", "GETEX":
 		op, _, err := command.ParseExpiryWrite(spec.Name, a, now)
 		return op, asIs, err
 	case "TTL", "PTTL":
@@ -158,6 +179,22 @@ func parse(spec *command.Spec, a [][]byte, now int64) (kv.Op, shape, error) {
 		return kv.Op{Kind: kv.KindHGet, Key: a[1], Keys: a[2:]}, asIs, nil
 	case "HLEN":
 		return kv.Op{Kind: kv.KindHLen, Key: a[1]}, asIs, nil
+	case "HSTRLEN":
+		return kv.Op{Kind: kv.KindHGet, Key: a[1], Keys: a[2:3]}, hstrlen, nil
+	case "HGETALL":
+		return kv.Op{Kind: kv.KindHGetAll, Key: a[1]}, asIs, nil
+	case "HKEYS":
+		return kv.Op{Kind: kv.KindHGetAll, Key: a[1]}, hkeys, nil
+	case "HVALS":
+		return kv.Op{Kind: kv.KindHGetAll, Key: a[1]}, hvals, nil
+	case "HINCRBYFLOAT":
+		return kv.Op{Kind: kv.KindHIncrByFloat, Key: a[1], Keys: a[2:3], Value: a[3]}, asIs, nil
+	case "KEFIR.CAS":
+		return kv.Op{Kind: kv.KindCAS, Key: a[1], Expected: a[2], Value: a[3]}, asIs, nil
+	case "TOUCH":
+		return kv.Op{Kind: kv.KindExists, Keys: a[1:]}, asIs, nil
+	case "FLUSHDB", "FLUSHALL":
+		return kv.Op{}, asIs, notCallable(errFlushInside)
 	case "BITFIELD":
 		// Always a write, as at the front door and in Redis (one of GETs
 		// only writes nothing; EVAL_RO refuses it, as Redis does).
@@ -173,8 +210,22 @@ func parse(spec *command.Spec, a [][]byte, now int64) (kv.Op, shape, error) {
 		}
 		return kv.Op{Kind: kv.KindGet, Key: a[1], Value: kv.EncodeBitField(ops)}, bitFieldRO, nil
 	}
+	if composites[spec.Name] != nil {
+		return kv.Op{}, composite, nil
+	}
+	if op, ok, err := command.ParseKeyspaceWrite(spec.Name, a); ok {
+		return op, asIs, err // RENAME, RENAMENX, COPY, SETRANGE, MSETNX, SETBIT
+	}
 	return kv.Op{}, asIs, notCallable("ERR command '" + spec.Name + "' is not supported in Kefir scripts (see docs/design/scripting.md)")
 }
+
+// errFlushInside refuses FLUSHDB and FLUSHALL in a script or a transaction
+// (Redis allows them). A flush is an op of its own: its reserved mark must
+// be the first record of its batch, so that a single node finishes a flush a
+// crash cut short (kv.FlushMark), and the overlay emits records in the order
+// of first writes; and it would tombstone every key into the overlay, the
+// whole keyspace in one op's memory.
+const errFlushInside = "ERR FLUSHDB and FLUSHALL can not be used inside MULTI or a script in Kefir: a flush is an op of its own (see docs/design/transactions.md)"
 
 // notCallable is parse's error for a command scripts and transactions cannot
 // run; its text is the reply (errText). Its own type, so that a transaction

@@ -137,7 +137,9 @@ func TestConversionsAndErrors(t *testing.T) {
 		{"return redis.call('hdel', 'h', 'f')", nil, ":1\r\n"},
 		{"return tostring({}) .. tostring(type)", nil, "$13\r\ntablefunction\r\n"},
 		{"return redis.pcall('lpush', 'l', 'x')", nil, "-ERR unsupported command 'lpush': Kefir does not implement it (see docs/commands.md)\r\n"},
-		{"return redis.pcall('keys', '*')", nil, "-ERR command 'KEYS' is not supported in Kefir scripts (see docs/design/scripting.md)\r\n"},
+		{"return redis.pcall('keys', '*')", nil, "*2\r\n$1\r\nk\r\n$1\r\nn\r\n"},
+		{"return redis.pcall('randomkey')", nil, "-ERR command 'RANDOMKEY' is not supported in Kefir scripts (see docs/design/scripting.md)\r\n"},
+		{"return redis.pcall('flushdb')", nil, "-" + errFlushInside + "\r\n"},
 	} {
 		got, _ := s.eval(t, kv.KindEval, c.body, min(1, len(c.args)), 1000, c.args...)
 		if got != c.want {

@@ -24,15 +24,11 @@ func RunCommand(b []byte, argv [][]byte, now int64, exec kv.ScriptExec) []byte {
 	if r, ok := connReply(argv); ok {
 		return append(b, r...)
 	}
-	op, shape, msg := prepare(argv, now)
-	if msg != "" {
-		return append(b, errorReply(msg)...)
-	}
-	res, err := exec(&op)
+	res, err := do(argv, now, exec)
 	if err != nil {
 		return append(b, errorReply(txErrText(err))...)
 	}
-	return appendResult(b, shaped(&op, res, shape))
+	return appendResult(b, res)
 }
 
 // txErrText is a command error's reply text in a transaction: the front
@@ -52,8 +48,16 @@ func Queueable(spec *command.Spec, argv [][]byte) error {
 	if _, ok := connReply(argv); ok {
 		return nil
 	}
+	if spec.Name == "OBJECT" {
+		if _, err := command.ObjectSubcommand(argv); err != nil {
+			return err // Redis's subcommands are commands: checked when queued
+		}
+	}
 	if _, _, err := parse(spec, argv, 0); err != nil {
 		var nc notCallable
+		if errors.As(err, &nc) && string(nc) == errFlushInside {
+			return command.ReplyError(errFlushInside)
+		}
 		if errors.As(err, &nc) {
 			return command.ReplyError("ERR command '" + strings.ToLower(spec.Name) + "' can not be used inside MULTI in Kefir (see docs/design/transactions.md)")
 		}

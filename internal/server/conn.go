@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -986,12 +985,7 @@ func (c *conn) read(spec *command.Spec, args [][]byte, o callOpts) error {
 	return nil
 }
 
-func clip(b []byte) string {
-	if len(b) > 64 {
-		b = b[:64]
-	}
-	return strconv.Quote(string(b))[1 : len(strconv.Quote(string(b)))-1]
-}
+func clip(b []byte) string { return command.Clip(b) }
 
 // unknownCommand is Redis's reply to a name no command has (known but
 // unsupported ones answer command.UnsupportedError instead).

@@ -156,48 +156,18 @@ func hscan(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn), erro
 	if err != nil {
 		return nil, err
 	}
-	var pattern []byte
-	novalues := false
-	count := int64(scanDefaultCount)
-	for i := 3; i < len(args); i++ {
-		switch {
-		case eq(args[i], "MATCH") && i+1 < len(args):
-			pattern = args[i+1]
-			i++
-		case eq(args[i], "COUNT") && i+1 < len(args):
-			n, err := parseInt64(args[i+1])
-			if err != nil {
-				return nil, err
-			}
-			if n < 1 {
-				return nil, errSyntax
-			}
-			count = n
-			i++
-		case eq(args[i], "NOVALUES"):
-			novalues = true
-		default:
-			return nil, errSyntax
-		}
-	}
-	limit := int(min(max(count, hscanPage), shard.DefaultMaxScan))
-	res, err := run(kv.Op{Kind: kv.KindHScan, Key: args[1], Value: start, Limit: limit})
+	ha, err := command.ParseHScanArgs(args)
 	if err != nil {
 		return nil, err
 	}
-	out := make([][]byte, 0, len(res.Array))
-	for i := 0; i < len(res.Array); i += 2 {
-		if pattern != nil && !kv.Match(pattern, res.Array[i]) {
-			continue
-		}
-		out = append(out, res.Array[i])
-		if !novalues {
-			out = append(out, res.Array[i+1])
-		}
+	limit := int(min(max(ha.Count, hscanPage), shard.DefaultMaxScan))
+	out, last, err := ha.Page(args[1], start, run, limit)
+	if err != nil {
+		return nil, err
 	}
 	next := "0"
-	if len(res.Array)/2 >= limit {
-		next = hscanCursors.issue(res.Array[len(res.Array)-2])
+	if last != nil {
+		next = hscanCursors.issue(last)
 	}
 	return func(c *conn) {
 		_ = c.w.WriteArrayHeader(2)
@@ -284,25 +254,4 @@ func hrandfield(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn),
 			}
 		}
 	}, nil
-}
-
-// hashEncoding is OBJECT ENCODING of a hash, by Redis 7's default rule: a
-// listpack while it has at most 128 fields and no field or value over 64
-// bytes, else a hashtable. (Kefir stores every hash the same way: a row per
-// field; the name is what tools expect.)
-func hashEncoding(key []byte, run func(kv.Op) (kv.Result, error)) (string, error) {
-	res, err := run(kv.Op{Kind: kv.KindHLen, Key: key})
-	if err != nil || res.Int > 128 {
-		return "hashtable", err
-	}
-	all, err := run(kv.Op{Kind: kv.KindHGetAll, Key: key})
-	if err != nil {
-		return "", err
-	}
-	for _, b := range all.Array {
-		if len(b) > 64 {
-			return "hashtable", nil
-		}
-	}
-	return "listpack", nil
 }

@@ -178,6 +178,12 @@ func TestGroupsTransactions(t *testing.T) {
 			{"EXISTS a", 1, "0"},
 			{"EXISTS b", 1, "0"},
 			{"EXISTS other", 1, "0"},
+			// A keyspace read would read one group's keys: refused.
+			{"MULTI", 1, "OK"},
+			{"SET " + tag + "k 1", 1, "QUEUED"},
+			{"KEYS *", 1, "QUEUED"},
+			{"HGETALL " + tag + "h", 1, "QUEUED"},
+			{"EXEC", 3, "OK|ERR a script or transaction at a node of several groups cannot read the keyspace (SCAN, KEYS, DBSIZE, RANDOMKEY): it runs in one group, which holds only some of the keys|"},
 		} {
 			if got := s.do(c.line, c.lines); got != c.want {
 				t.Fatalf("node %d: redis-cli %s: %q, want %q", i, c.line, got, c.want)

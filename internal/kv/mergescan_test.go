@@ -1,0 +1,161 @@
+package kv
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// TestMergeScanMatchesAModel checks the overlay's merged scan (mergeScan,
+// through scanRange over an applier's Lister and over a reader's Scanner)
+// against a model: the store's map with the overlay's writes applied,
+// sorted. Random stores, overlays (writes, new keys, deletions), ranges and
+// limits.
+func TestMergeScanMatchesAModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(29, 1))
+	key := func() string { return fmt.Sprintf("k%02d", rng.IntN(40)) }
+	for iter := range 3000 {
+		store := map[string]string{}
+		for range rng.IntN(25) {
+			store[key()] = "s" + key()
+		}
+		get := func(k []byte) ([]byte, []byte, uint64, bool, error) {
+			v, ok := store[string(k)]
+			if !ok {
+				return nil, nil, 0, false, nil
+			}
+			return []byte(v), nil, 1, true, nil
+		}
+		sorted := func() []string {
+			ks := make([]string, 0, len(store))
+			for k := range store {
+				ks = append(ks, k)
+			}
+			slices.Sort(ks)
+			return ks
+		}
+		// The applier's Lister: any order, a superset (absent keys too).
+		list := func(start, end []byte, visit func([]byte) bool) error {
+			ks := append(sorted(), "k99-absent")
+			rng.Shuffle(len(ks), func(i, j int) { ks[i], ks[j] = ks[j], ks[i] })
+			for _, k := range ks {
+				if k >= string(start) && (end == nil || k < string(end)) && !visit([]byte(k)) {
+					return nil
+				}
+			}
+			return nil
+		}
+		scan := func(start, end []byte, limit int, visit func(k, d, m []byte, v uint64) bool) error {
+			n := 0
+			for _, k := range sorted() {
+				if k < string(start) || (end != nil && k >= string(end)) {
+					continue
+				}
+				n++
+				if !visit([]byte(k), []byte(store[k]), nil, 1) || (limit > 0 && n >= limit) {
+					return nil
+				}
+			}
+			return nil
+		}
+		o := newOverlay(get, 7, &Op{}, 0)
+		if iter%2 == 0 {
+			o.list = list
+		} else {
+			o.scan = scan
+		}
+		model := map[string]string{}
+		for k, v := range store {
+			model[k] = v
+		}
+		for range rng.IntN(15) {
+			k := key()
+			if _, ok := o.writes[k]; !ok {
+				o.order = append(o.order, k)
+			}
+			if rng.IntN(3) == 0 {
+				o.writes[k] = overlayRec{tomb: true}
+				delete(model, k)
+			} else {
+				v := "o" + key()
+				o.writes[k] = overlayRec{data: []byte(v)}
+				model[k] = v
+			}
+		}
+		start := []byte(key())
+		var end []byte
+		if rng.IntN(2) == 0 {
+			end = []byte(key())
+		}
+		limit := rng.IntN(8)
+		var want []string
+		for k, v := range model {
+			if k >= string(start) && (end == nil || k < string(end)) {
+				want = append(want, k+"="+v)
+			}
+		}
+		slices.Sort(want)
+		if limit > 0 && len(want) > limit {
+			want = want[:limit]
+		}
+		var got []string
+		err := o.scanRange(start, end, limit, func(k, d, _ []byte, _ uint64) bool {
+			got = append(got, string(k)+"="+string(d))
+			return true
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("iteration %d: [%s, %s) limit %d over store %v, overlay order %v:\n got %v\nwant %v", iter, start, end, limit, store, o.order, got, want)
+		}
+	}
+}
+
+// A user-key scan of an op (skipReserved) never reads the reserved keys'
+// range, and finds the user keys on both sides of it, at every limit.
+func TestSkipReservedReadsNoReservedKey(t *testing.T) {
+	keys := []string{"a", "\xff\xff\x00", string(ReservedKey("h/1")), string(ReservedKey("z")), "\xff\xffz", "\xff\xff\xff"}
+	var read []string
+	scan := func(start, end []byte, limit int, visit func(k, d, m []byte, v uint64) bool) error {
+		n := 0
+		for _, k := range keys {
+			if k < string(start) || (end != nil && k >= string(end)) {
+				continue
+			}
+			read = append(read, k)
+			n++
+			if !visit([]byte(k), []byte("v"), nil, 1) || (limit > 0 && n >= limit) {
+				return nil
+			}
+		}
+		return nil
+	}
+	want := []string{"a", "\xff\xff\x00", "\xff\xffz", "\xff\xff\xff"}
+	for limit := 0; limit <= 5; limit++ {
+		read = nil
+		var got []string
+		if err := ScanUser(skipReserved(scan), nil, nil, max(limit, 1)*10, 0, func(k, _ []byte, _ uint64) {
+			got = append(got, string(k))
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("limit %d: %q, want %q", limit, got, want)
+		}
+		for _, k := range read {
+			if IsReserved([]byte(k)) {
+				t.Fatalf("limit %d: read the reserved key %q", limit, k)
+			}
+		}
+		var page []string
+		err := skipReserved(scan)([]byte("a"), nil, limit, func(k, _, _ []byte, _ uint64) bool {
+			page = append(page, string(k))
+			return true
+		})
+		if n := min(limit, len(want)); err != nil || (limit > 0 && !slices.Equal(page, want[:n])) || (limit == 0 && !slices.Equal(page, want)) {
+			t.Fatalf("limit %d: page %q, %v", limit, page, err)
+		}
+	}
+}
