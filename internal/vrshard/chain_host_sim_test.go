@@ -292,7 +292,14 @@ func TestHostSimChain(t *testing.T) {
 		// orders carried their configuration (chainCore.orderedChain).
 		{hostChain{mode: chain.SU, stores: [3]ChainStore{D, D, D}}, chainSwarm, []uint64{491}},
 		{hostChain{mode: chain.AUSI, stores: [3]ChainStore{D, D, D}}, chainSwarm, []uint64{501, 634}},
-		{hostChain{mode: chain.SU, stores: [3]ChainStore{D, D, M}}, chainSwarm, []uint64{201, 375}},
+		// Its seeds 48 and 654: repaired down to its memory member alone,
+		// the chain answered sync writes no disk held, then a crash and a
+		// whole-chain restart from a log member lost them — until DA over
+		// no log member stopped moving (design/chain.md, "A sync answer
+		// needs a disk"). D-M-D and AUSI D-D-M shrink to memory members too.
+		{hostChain{mode: chain.SU, stores: [3]ChainStore{D, D, M}}, chainSwarm, []uint64{201, 375, 48, 654}},
+		{hostChain{mode: chain.SU, stores: [3]ChainStore{D, M, D}}, chainSwarm, nil},
+		{hostChain{mode: chain.AUSI, stores: [3]ChainStore{D, D, M}}, chainSwarm, nil},
 		// A buffered middle (its log flushed every hostChainFlush, not
 		// before it passes a write on): one crash at a time loses nothing.
 		// Seed 299: the master repaired the chain down to its head (epochs
