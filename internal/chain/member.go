@@ -1147,11 +1147,21 @@ func (m *Member) succReport(said, noLog, hadLog bool, d, la uint64) {
 // member counts in it (logged). Memory and buffered-log members wait for
 // nothing here, as under SU (ackBound); over them alone the point is
 // vacuous (raiseDA). A successor that counts no log member stands in by its
-// LA (acked): nothing from it down persists anything.
+// LA (acked): nothing from it down persists anything; one not heard from
+// yet by dacked, counting none.
 func (m *Member) durPoint() (d uint64, logged bool) {
-	d, logged = m.dacked, m.succLogged
-	if m.succ == 0 || !m.succLogged {
-		d, logged = m.acked, false // the tail: what it received and acknowledges
+	d = m.dacked
+	switch {
+	case m.succ == 0:
+		d = m.acked // the tail: what it received and acknowledges
+	case m.succHeard != m.succ:
+		// Nothing heard from this successor yet (a joiner merging, a
+		// relink): what the reports said before, and no log member known
+		// below — not none known, which would make its LA durable.
+	case m.succNoLog:
+		d = m.acked
+	default:
+		logged = m.succLogged
 	}
 	if m.cfg.Store == Log {
 		logged = true
