@@ -292,3 +292,90 @@ func TestModeNamesAndWire(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncNeedsALogMember: a chain repaired down to its memory member does
+// not move its durable point (DA), though it commits (LA) — a host answers
+// a write asking for durability (Kefir's `sync`) at the head's DA, and no
+// disk holds these — and a log member that joins moves it again once it
+// persisted them. On the code before, DA over no log member moved with LA
+// (design/chain.md, "A sync answer needs a disk"; the host simulation's SU
+// D-D-M swarm, seeds 48 and 654, lost such answers in a whole-chain restart).
+func TestSyncNeedsALogMember(t *testing.T) {
+	for _, mode := range []Mode{SU, AUSI, AU} {
+		// A chain of memory members by configuration: the user's choice,
+		// sync there means every member's store holds it (DA at LA).
+		h := newHarness([]NodeID{1, 2}, 2, 64, 0)
+		h.setup(mode, func(NodeID) Store { return Memory })
+		h.master.Put(1, []byte("k=v"))
+		h.collect()
+		h.stabilize()
+		if s := h.members[1].Status(); s.DA != s.LA || s.LA == 0 {
+			t.Fatalf("%s M-M by configuration: head DA %s, LA %s: want DA at LA", mode, FormatSeq(s.DA), FormatSeq(s.LA))
+		}
+	}
+	for _, mode := range []Mode{SU, AUSI, AU} {
+		t.Run(mode.String(), func(t *testing.T) {
+			h := newHarness([]NodeID{1, 2}, 2, 64, 0)
+			h.syncPersist = true
+			h.setup(mode, func(id NodeID) Store {
+				if id == 2 || id == 4 {
+					return Memory
+				}
+				return Log // 1, and 3, which joins last
+			})
+			id := uint64(0)
+			put := func(n int) {
+				for range n {
+					id++
+					h.master.Put(id, []byte(fmt.Sprintf("k%d=v%d", id%3, id)))
+					h.collect()
+					h.stabilize()
+				}
+			}
+			put(3)
+			if s := h.members[1].Status(); s.DA != s.LA || s.LA == 0 {
+				t.Fatalf("D-M: head DA %s, LA %s: want DA at LA", FormatSeq(s.DA), FormatSeq(s.LA))
+			}
+			h.crash(1, true)
+			h.collect()
+			h.stabilize()
+			mem := h.members[2]
+			da := mem.Status().DA
+			put(3)
+			s := mem.Status()
+			if h.master.Head() != 2 || len(mem.History()) != 6 || s.LA != mem.History()[5].Seq {
+				t.Fatalf("the memory member alone did not commit the writes: head %d, %d entries, LA %s", h.master.Head(), len(mem.History()), FormatSeq(s.LA))
+			}
+			if s.DA != da || s.DA >= mem.History()[3].Seq {
+				t.Fatalf("a chain of its memory member alone moved DA to %s (was %s; LA %s): a sync write would be answered with no disk holding it",
+					FormatSeq(s.DA), FormatSeq(da), FormatSeq(s.LA))
+			}
+			// A memory member joins: it learns that the chain had a log
+			// member (the survivor's acknowledgements say so) and moves
+			// no DA of its own either.
+			join := func(id NodeID) {
+				if err := h.addJoiner(id, 0); err != nil {
+					t.Fatal(err)
+				}
+				for range 20 {
+					h.stabilize()
+					h.mtick(1)
+				}
+			}
+			join(4)
+			put(1)
+			hd := h.members[h.master.Head()]
+			if s = hd.Status(); len(hd.History()) != 7 || s.LA != hd.History()[6].Seq || s.DA >= hd.History()[3].Seq {
+				t.Fatalf("M-M after a memory member joined: head %d, %d entries, DA %s, LA %s: want 7 entries, DA below the 4th", hd.cfg.ID, len(hd.History()), FormatSeq(s.DA), FormatSeq(s.LA))
+			}
+			// A log member joins and pulls the history: DA moves again.
+			join(3)
+			put(1)
+			hd = h.members[h.master.Head()]
+			s = hd.Status()
+			if s.DA != s.LA || len(hd.History()) != 8 || len(h.members[3].History()) != 8 {
+				t.Fatalf("after a log member joined: the head's DA %s, LA %s, the joiner holds %d entries: want DA at LA, 8", FormatSeq(s.DA), FormatSeq(s.LA), len(h.members[3].History()))
+			}
+		})
+	}
+}

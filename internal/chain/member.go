@@ -258,7 +258,24 @@ type Member struct {
 	// which a write asking for durability (Kefir's `sync`) is answered by
 	// the host of the head — the answer SU gives every update, given per
 	// request ("Per-request durability" in docs/design/chain.md).
-	dacked, da uint64
+	//
+	// DA counts a disk only where some log member holds one: in a chain
+	// that had a log member (hadLog), over none (repaired down to memory
+	// members) it does not move ("A sync answer needs a disk"). succLogged
+	// says the successor's last report counted a log member (dacked takes
+	// only such reports; otherwise the successor's LA stands in, vacuously:
+	// nothing below to wait for; succNoLog: the last report said so); said
+	// is what this member last told its predecessor (saidAny: once it told
+	// one anything). A member with no log from it down learns DA from its
+	// predecessor's notices (passDown; downSaid, downTo: the last one it
+	// sent).
+	dacked, da            uint64
+	succLogged, succNoLog bool
+	succHeard             NodeID // the successor the last report came from
+	hadLog, saidAny       bool
+	said                  durSaid
+	downSaid              uint64
+	downTo                NodeID
 
 	// persistReq is the highest sequence number the host was asked to
 	// persist, persisted the highest it confirmed; unbatched counts the
@@ -339,7 +356,7 @@ func NewMember(cfg Config, sm StateMachine) *Member {
 	if cfg.PersistBatch <= 0 {
 		cfg.PersistBatch = 8
 	}
-	m := &Member{cfg: cfg, sm: sm, pending: map[NodeID][]Msg{}}
+	m := &Member{cfg: cfg, sm: sm, pending: map[NodeID][]Msg{}, hadLog: cfg.Store == Log}
 	if k, ok := sm.(Keyed); ok {
 		m.keyed, m.lastWrite = k, map[string]uint64{}
 	}
@@ -397,6 +414,11 @@ func (m *Member) ReadyReuse() []Msg {
 
 func (m *Member) send(to NodeID, msg Msg) {
 	msg.From, msg.To = m.cfg.ID, to
+	if msg.Type == MsgUpdate && m.hadLog {
+		// The successor learns that the chain has a log member before it
+		// holds anything (raiseDA).
+		msg.HadLog = true
+	}
 	if msg.Epoch == 0 {
 		msg.Epoch = m.epoch
 	}
@@ -455,13 +477,20 @@ func (m *Member) Step(msg Msg) {
 		if msg.Epoch < m.predEpoch {
 			return
 		}
+		m.hadLog = m.hadLog || msg.HadLog
 		m.receive(Entry{Seq: msg.Seq, ID: msg.ID, Op: msg.Op})
 	case MsgAck:
+		if msg.Down {
+			if msg.From == m.pred && msg.Epoch >= m.predEpoch {
+				m.noticed(msg.LA)
+			}
+			return
+		}
 		if msg.From != m.succ || msg.Epoch < m.succEpoch {
 			return
 		}
 		m.acked = max(m.acked, msg.Seq)
-		m.dacked = max(m.dacked, succDurable(msg.Done, msg.LA, msg.Seq))
+		m.succReport(msg.Done, msg.NoLog, msg.HadLog, msg.LA, msg.Seq)
 		m.advance()
 	case MsgPersisted:
 		m.persisted = max(m.persisted, msg.Seq)
@@ -668,20 +697,20 @@ func (m *Member) Step(msg Msg) {
 			// A repeat of the repair that linked us: answer again, keeping
 			// the queues (a joiner's relayed updates may wait there for a
 			// FLUSH that started since the first).
-			m.send(msg.From, Msg{Type: MsgRepairInfo, LA: m.la, LU: m.lu, Epoch: msg.Epoch, Seq: m.da, Done: true})
+			m.send(msg.From, m.repairInfo(msg.Epoch))
 			return
 		}
 		m.raise(msg.Epoch)
 		m.pred, m.predEpoch = msg.From, msg.Epoch
 		m.pending = map[NodeID][]Msg{}
-		m.send(msg.From, Msg{Type: MsgRepairInfo, LA: m.la, LU: m.lu, Epoch: msg.Epoch, Seq: m.da, Done: true})
+		m.send(msg.From, m.repairInfo(msg.Epoch))
 	case MsgRepairInfo:
 		if !m.repairing || msg.From != m.succ || msg.Epoch != m.repairEpoch {
 			return
 		}
 		m.repairing = false
 		m.acked = max(m.acked, msg.LA)
-		m.dacked = max(m.dacked, succDurable(msg.Done, msg.Seq, msg.LA))
+		m.succReport(msg.Done, msg.NoLog, msg.HadLog, msg.Seq, msg.LA)
 		m.advance()
 		// Re-send what the new successor may never have got (Listing 1's
 		// CR_MID), including what arrived while repairing — what a log
@@ -747,7 +776,7 @@ func (m *Member) restart(msg Msg) {
 	// over it, and under AUSI a strong read serves only what DA covers
 	// (vrshard's chainCore.Ready), so without this every key of the history
 	// would wait for the next write.
-	m.da = max(m.da, m.durPoint())
+	m.raiseDA()
 	m.becomeHead()
 	m.toMaster(Msg{Type: MsgRestartDone, Epoch: msg.Epoch})
 }
@@ -1032,32 +1061,143 @@ func (m *Member) advance() {
 		}
 	}
 	m.la = max(old, to)
-	da := m.durPoint()
-	daMoved := da > m.da
-	m.da = max(m.da, da)
-	if m.pred != 0 && (m.la > old || daMoved) {
+	daMoved := m.raiseDA()
+	// An acknowledgement goes up when LA or DA moved, or when what it says
+	// of the log members below changed (durSaid).
+	if m.pred != 0 && (m.la > old || daMoved || m.saidAny && m.said != m.durSay()) {
 		m.sendAck()
 	}
+	m.passDown()
 }
 
-// sendAck acknowledges LA and DA to the predecessor (Done: the ack says DA).
+// raiseDA moves DA to durPoint where a disk backs it: over a log member, or
+// in a chain that never had one (hadLog false: memory and buffered members
+// by configuration, whose `sync` means every member's store holds it, as
+// the loss table's rows say). A member learns that the chain had one from
+// its own store, its successor's reports, its predecessor's updates and
+// notices (HadLog, Down). It reports whether DA moved.
+func (m *Member) raiseDA() bool {
+	d, logged := m.durPoint()
+	m.hadLog = m.hadLog || logged
+	// Vacuously only on what it knows: as the tail, or once the successor
+	// it has now reported (a joiner merging has heard nothing from its
+	// successor yet, which may know of a log member).
+	vacuous := !m.hadLog && (m.succ == 0 || m.succHeard == m.succ)
+	if (logged || vacuous) && d > m.da {
+		m.da = d
+		return true
+	}
+	return false
+}
+
+// durSaid is what a member's durable point report says of the log members
+// from it down: none (noLog), and whether it knows the chain had one
+// (hadLog, beside noLog).
+type durSaid struct{ noLog, hadLog bool }
+
+// durSay is what this member's report says now.
+func (m *Member) durSay() durSaid {
+	if _, logged := m.durPoint(); logged {
+		return durSaid{}
+	}
+	return durSaid{noLog: true, hadLog: m.hadLog}
+}
+
+// sendAck acknowledges LA and DA to the predecessor (Done: the ack says DA;
+// NoLog, HadLog: durReport).
 func (m *Member) sendAck() {
-	m.send(m.pred, Msg{Type: MsgAck, Seq: m.la, LA: m.da, Done: true})
+	d, s := m.durReport()
+	m.send(m.pred, Msg{Type: MsgAck, Seq: m.la, LA: d, Done: true, NoLog: s.noLog, HadLog: s.hadLog})
+}
+
+// repairInfo is the REPAIR_INFO this member answers a new predecessor's
+// CR_MID_REPAIR with (at epoch e): its LA, LU and durable point.
+func (m *Member) repairInfo(e uint64) Msg {
+	d, s := m.durReport()
+	return Msg{Type: MsgRepairInfo, LA: m.la, LU: m.lu, Epoch: e, Seq: d, Done: true, NoLog: s.noLog, HadLog: s.hadLog}
+}
+
+// durReport is the durable point this member reports upstream: DA, or, with
+// no log member from here down, LA with noLog — the value an older
+// predecessor (which ignores NoLog) took before, while a current one takes
+// nothing from it as durable — and hadLog. It records what it said.
+func (m *Member) durReport() (uint64, durSaid) {
+	s := m.durSay()
+	m.said, m.saidAny = s, true
+	if s.noLog {
+		return m.la, s
+	}
+	return m.da, s
+}
+
+// succReport takes a successor's durable point d (said: the report carries
+// one; noLog: it counts no log member; hadLog: it knows the chain had one)
+// beside its LA la.
+func (m *Member) succReport(said, noLog, hadLog bool, d, la uint64) {
+	m.succLogged, m.succNoLog, m.succHeard = !noLog, noLog, m.succ
+	m.hadLog = m.hadLog || hadLog || !noLog
+	if !noLog {
+		m.dacked = max(m.dacked, succDurable(said, d, la))
+	}
 }
 
 // durPoint is how far every log-datastore member from here to the tail
-// persisted: the successor's report (at the tail: what it acknowledges), and,
-// on a log member, its own persisted prefix. Memory and buffered-log
-// members wait for nothing here, as under SU (ackBound).
-func (m *Member) durPoint() uint64 {
-	d := m.dacked
-	if m.succ == 0 {
+// persisted — the successor's report (at the tail: what it acknowledges),
+// and, on a log member, its own persisted prefix — and whether any log
+// member counts in it (logged). Memory and buffered-log members wait for
+// nothing here, as under SU (ackBound); over them alone the point is
+// vacuous (raiseDA). A successor that counts no log member stands in by its
+// LA (acked): nothing from it down persists anything; one not heard from
+// yet by dacked, counting none.
+func (m *Member) durPoint() (d uint64, logged bool) {
+	d = m.dacked
+	switch {
+	case m.succ == 0:
 		d = m.acked // the tail: what it received and acknowledges
+	case m.succHeard != m.succ:
+		// Nothing heard from this successor yet (a joiner merging, a
+		// relink): what the reports said before, and no log member known
+		// below — not none known, which would make its LA durable.
+	case m.succNoLog:
+		d = m.acked
+	default:
+		logged = m.succLogged
 	}
-	if m.cfg.Store == Log && !(mutation.On && m.mut.durableUnpersisted) {
-		d = min(d, m.persisted)
+	if m.cfg.Store == Log {
+		logged = true
+		if !(mutation.On && m.mut.durableUnpersisted) {
+			d = min(d, m.persisted)
+		}
 	}
-	return d
+	return d, logged
+}
+
+// noticed takes the predecessor's durable point d (MsgAck with Down): the
+// chain has a log member above this one. With none from here down, this
+// member's own DA cannot move, yet every log member that holds an update is
+// above it, and the predecessor's DA says how far they persisted it — what
+// a strong read here may serve under AUSI (vrshard's chainCore.Ready: R is
+// DA), and where DA stands should this member become head.
+func (m *Member) noticed(d uint64) {
+	m.hadLog = true
+	if _, logged := m.durPoint(); logged {
+		return // its own DA counts a log member below: it needs no notice
+	}
+	if d = min(d, m.la); d > m.da {
+		m.da = d
+		m.passDown()
+	}
+}
+
+// passDown sends a disk-backed DA down to a successor that counts no log
+// member from it down (its last report said NoLog), whose own DA could not
+// move otherwise (noticed), once per change of DA or successor.
+func (m *Member) passDown() {
+	if m.succ == 0 || !m.succNoLog || !m.hadLog || m.state != Active || m.da == 0 || (m.da <= m.downSaid && m.succ == m.downTo) {
+		return
+	}
+	m.downSaid, m.downTo = m.da, m.succ
+	m.send(m.succ, Msg{Type: MsgAck, LA: m.da, Down: true})
 }
 
 // succDurable is the durable point a successor's acknowledgement (or

@@ -19,7 +19,10 @@ const (
 	// its successor (Seq set). ID is the client request it answers.
 	MsgUpdate MsgType = iota + 1
 	// MsgAck: successor → predecessor, cumulative: every update up to Seq
-	// reached the tail.
+	// reached the tail (LA with Done: the sender's durable point; NoLog: it
+	// counts no log member). With Down, predecessor → successor: the
+	// sender's durable point LA, for a successor with no log member from it
+	// down (Member.passDown).
 	MsgAck
 	// MsgUpdateAck: tail → master: update ID (at Seq) succeeded; Result is
 	// what the state machine returned.
@@ -164,9 +167,23 @@ type Msg struct {
 	Joiner   NodeID
 	Target   NodeID
 	Done     bool
-	Refused  bool
-	Query    bool
-	Any      bool
+	// NoLog (ack, repair-info): no log-datastore member from the sender
+	// down, so the durable point it reports (its LA) holds no disk's word:
+	// the receiver must not count it as durable (docs/design/chain.md, "A
+	// sync answer needs a disk"). An older sender never sets it.
+	NoLog bool
+	// HadLog (ack, repair-info with NoLog; update): the sender knows the
+	// chain had a log member (it is one, heard of one below, or was told of
+	// one above), so a member with none from it down must not take its own
+	// vacuous durable point as durable; a chain of memory members by
+	// configuration never says it.
+	HadLog bool
+	// Down (ack): a durable-point notice going down the chain, not an
+	// acknowledgement (MsgAck).
+	Down    bool
+	Refused bool
+	Query   bool
+	Any     bool
 	// Exhausted (redirect): the head used up its numbering range; the
 	// master renews it (CR_HEAD at a new epoch) and re-sends.
 	Exhausted bool
@@ -234,6 +251,15 @@ func (m Msg) String() string {
 		}
 	case MsgAck:
 		fmt.Fprintf(&b, " seq=%s", FormatSeq(m.Seq))
+		if m.NoLog {
+			b.WriteString(" nolog")
+		}
+		if m.HadLog {
+			b.WriteString(" hadlog")
+		}
+		if m.Down {
+			fmt.Fprintf(&b, " down da=%s", FormatSeq(m.LA))
+		}
 	case MsgQuery:
 		fmt.Fprintf(&b, " id=%d %q", m.ID, m.Op)
 		if m.Any {

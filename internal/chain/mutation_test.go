@@ -31,7 +31,7 @@ var chainMutations = []struct {
 	want    string
 }{
 	{"ackBeforeTail", func(o *simOpts) { o.mut.ackBeforeTail = true }, nil, 2, false, "acknowledged up to"},
-	{"ackBeforeTail", func(o *simOpts) { o.mut.ackBeforeTail = true }, hotKey, 585, true, "linearizable: VIOLATED"},
+	{"ackBeforeTail", func(o *simOpts) { o.mut.ackBeforeTail = true }, hotKey, 625, true, "linearizable: VIOLATED"},
 	{"skipFlush", func(o *simOpts) { o.mut.skipFlush = true }, nil, 1, false, "is not a prefix of its predecessor"},
 	{"skipFlush", func(o *simOpts) { o.mut.skipFlush = true }, nil, 2, true, "linearizable: VIOLATED"},
 	{"truncateEarly", func(o *simOpts) { o.mmut.truncateEarly = true }, nil, 7, false, "is not a valid tail"},

@@ -52,6 +52,14 @@ func Travels(t chain.MsgType) bool {
 	return t >= chain.MsgUpdate && t <= chain.MsgCRTailDone || t == chain.MsgHeartbeat || t == chain.MsgRestart || t == chain.MsgRestartDone
 }
 
+// durReport reports whether messages of type t carry a durable point, whose
+// NoLog, HadLog and Down (chain.Msg) travel as the Any, Weak and Query flags, unused on
+// those types (an update's HadLog as Weak too): a flag of its own would be an unknown bit to an older
+// receiver, which refuses the body, while these it ignores (an older
+// predecessor takes a NoLog report's LA as durable, as it did before; an
+// older successor drops a Down notice, which is not from its successor).
+func durReport(t chain.MsgType) bool { return t == chain.MsgAck || t == chain.MsgRepairInfo }
+
 // Payload adapts m to the transport (frame.Payload). m must not change until
 // the transport encoded it.
 func Payload(m *chain.Msg) frame.Payload { return (*payload)(m) }
@@ -68,7 +76,14 @@ func AppendBody(b []byte, m *chain.Msg) []byte {
 		b = binary.AppendUvarint(b, v)
 	}
 	var f byte
-	for i, set := range [...]bool{m.Done, m.Refused, m.Query, m.Any, m.Exhausted, m.Weak, m.Lost, m.Snap != nil} {
+	query, anyFlag, weak := m.Query, m.Any, m.Weak
+	if durReport(m.Type) {
+		query, anyFlag = query || m.Down, anyFlag || m.NoLog
+	}
+	if durReport(m.Type) || m.Type == chain.MsgUpdate {
+		weak = weak || m.HadLog
+	}
+	for i, set := range [...]bool{m.Done, m.Refused, query, anyFlag, m.Exhausted, weak, m.Lost, m.Snap != nil} {
 		if set {
 			f |= 1 << i
 		}
@@ -149,6 +164,13 @@ func DecodeBody(typ uint8, body []byte, m *chain.Msg) error {
 	}
 	for i, set := range [...]*bool{&m.Done, &m.Refused, &m.Query, &m.Any, &m.Exhausted, &m.Weak, &m.Lost} {
 		*set = f&(1<<i) != 0
+	}
+	if durReport(m.Type) {
+		m.Down, m.NoLog, m.HadLog = m.Query, m.Any, m.Weak
+		m.Query, m.Any, m.Weak = false, false, false
+	}
+	if m.Type == chain.MsgUpdate {
+		m.HadLog, m.Weak = m.Weak, false
 	}
 	snap := f&flagSnap != 0
 	m.Op = bytesOrNil(&d)

@@ -29,6 +29,16 @@ func samples() []chain.Msg {
 		if t != chain.MsgUpdate {
 			m.Pos = 0 // an update's only
 		}
+		if t == chain.MsgUpdate {
+			m.Weak, m.HadLog = false, true // Weak carries an update's HadLog
+		}
+		if durReport(t) {
+			// Query, Any and Weak carry Down, NoLog and HadLog on these
+			// types, each on its own too.
+			m.Query, m.Any, m.Weak, m.Down, m.NoLog, m.HadLog = false, false, false, true, true, true
+			out = append(out, chain.Msg{Type: t, From: 1, To: 2, LA: 7, Done: true, NoLog: true}, chain.Msg{Type: t, From: 1, To: 2, LA: 7, Down: true},
+				chain.Msg{Type: t, From: 1, To: 2, LA: 7, Done: true, NoLog: true, HadLog: true})
+		}
 		// A page of a paged snapshot, with and without the link numbering.
 		page := m
 		page.Snap = &chain.Snap{N: 40, Seq: 3, Data: []byte("page"), From: []byte("k1"), Next: []byte("k9"), More: true}

@@ -667,14 +667,19 @@ func (r *Replica) mustPark(op uint64) bool {
 }
 
 // chainDurableWrite reports whether q, acknowledged at ack, is a write that
-// asks for durability (sync, the default) on a chain whose mode answers
-// without waiting for a disk (AUSI, AU): its reply waits for the chain's
-// durable point (parkDurable), as SU's every reply does. An AU async write
-// answered early, and cad and async writes answered at commit, keep the
-// mode's answer.
+// asks for durability (sync, the default) on a chain: its reply waits for
+// the chain's durable point (parkDurable) — under AUSI and AU, which answer
+// without waiting for a disk, the disks of every log member; under every
+// mode, some log member's at least: a chain repaired down to memory members
+// holds DA where the last log member left it, and its sync writes wait for
+// a log member to (re)join and persist them, or fail at the request timeout
+// (docs/design/chain.md, "A sync answer needs a disk"). Under SU with a log
+// member DA moves with the commit point, so nothing more is waited for. An
+// AU async write answered early, and cad and async writes answered at
+// commit, keep the mode's answer.
 func (r *Replica) chainDurableWrite(q *shard.WriteReq, ack vr.AckPoint) bool {
 	c := r.opts.Chain
-	return c != nil && c.Mode != chain.SU && ack == vr.AckApplied &&
+	return c != nil && ack == vr.AckApplied &&
 		(q.Durability == level.Sync || q.Durability.IsZero()) && !(mutation.On && r.mut.chainSyncAtCommit)
 }
 
@@ -682,6 +687,24 @@ func (r *Replica) chainDurableWrite(q *shard.WriteReq, ack vr.AckPoint) bool {
 // durable point (p.durable; r.durable is the latest Ready's, driver only).
 func (r *Replica) parkDurable(p *proposal, op uint64) bool {
 	return p.durable && op > r.durable
+}
+
+// markUndurable notes on p's batch that its reply at op waits for the
+// chain's durable point (driver only), so that a timeout says why
+// (ErrNotDurable) rather than blaming a leader change.
+func (r *Replica) markUndurable(p *proposal, op uint64) {
+	if r.parkDurable(p, op) && p.wait != nil {
+		p.wait.undurable.Store(true)
+	}
+}
+
+// timeoutErr is the error of a wait for bw that ran out (err, else
+// ErrNotDurable when a reply of it waits for the chain's durable point).
+func (bw *batchWait) timeoutErr(err error) error {
+	if err == ErrOutcomeUnknown && bw.undurable.Load() {
+		return ErrNotDurable
+	}
+	return err
 }
 
 // releaseParked sends the parked replies R (and, for a write asking for

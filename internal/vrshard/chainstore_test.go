@@ -2,6 +2,7 @@ package vrshard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -330,5 +331,53 @@ func TestChainPowerCutOfEveryMember(t *testing.T) {
 	}
 	if run(t, dd, true, true) {
 		t.Fatal("tailCommitLags and truncateAtBoot not caught: D-D-D kept the write answered last")
+	}
+}
+
+// TestChainSyncWaitsForALogMember: D-D-M repaired down to its memory member
+// alone. An async write is answered; a sync write is not — no disk holds it
+// — and fails at the request timeout with ErrNotDurable, which says why;
+// once a log member restarts and joins, pulling the history onto its disk,
+// the same write retried is answered, and new sync writes are (design/
+// chain.md, "A sync answer needs a disk"). On the code before, the memory
+// member alone answered the sync write, and a crash of it lost it.
+func TestChainSyncWaitsForALogMember(t *testing.T) {
+	stores := [3]ChainStore{ChainLog, ChainLog, ChainMemory}
+	g := newChainGroupTuned(t, 0, func(i int, o *Options) {
+		co := *o.Chain
+		co.Store = stores[i]
+		o.Chain = &co
+		o.RequestTimeout = 300 * time.Millisecond
+	})
+	storeWrites(g, 0, 0, 5)
+	g.crash(0)
+	g.waitMembers(2, 3)
+	g.crash(1)
+	g.waitMembers(3)
+	storeWritesAt(g, 2, 100, 1, level.Async)
+	id := shard.ReqID{Client: 11, Seq: 1}
+	var err error
+	for range 50 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err = g.reps[2].Write(ctx, set("sync", "1"), level.Sync, id)
+		cancel()
+		if errors.Is(err, ErrNotDurable) || err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // no lease yet: try again
+	}
+	if !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("a sync write at the memory member alone: %v, want ErrNotDurable", err)
+	}
+	t.Logf("a sync write at the memory member alone: %v", err)
+	g.restart(0)
+	g.waitMembers(1, 3)
+	g.retry(0, "the sync write again", func(ctx context.Context, r *Replica) error {
+		_, err := r.Write(ctx, set("sync", "1"), level.Sync, id)
+		return err
+	})
+	storeWrites(g, 0, 200, 3)
+	if m := storeMissing(g, 0, 5); m != 0 {
+		t.Fatalf("%d of the first 5 writes missing", m)
 	}
 }

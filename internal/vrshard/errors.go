@@ -21,6 +21,14 @@ var (
 	// same request id at the new leader: the client table answers a write that
 	// did execute instead of executing it twice.
 	ErrOutcomeUnknown = fmt.Errorf("write outcome unknown (leader changed): %w", shard.ErrUnavailable)
+	// ErrNotDurable: a write asking for durability (sync) on a chain was
+	// committed, but no log member had it on its disk within the request
+	// timeout — a chain repaired down to memory members answers a sync write
+	// only once a log member joins and persists it (docs/design/chain.md,
+	// "A sync answer needs a disk"). Its outcome is unknown: the members'
+	// memory holds it, a crash of all of them loses it. A retry with the same
+	// request id waits for the disk again.
+	ErrNotDurable = fmt.Errorf("write outcome unknown: committed, but on no log member's disk within the request timeout (a chain with no log member left answers sync writes once one joins): %w", shard.ErrUnavailable)
 	// ErrCannotServe: this replica cannot prove the read's consistency level
 	// from its state right now and no leader is known to redirect to.
 	ErrCannotServe = fmt.Errorf("replica cannot serve this consistency level now: %w", shard.ErrUnavailable)

@@ -673,6 +673,9 @@ type batchWait struct {
 	ps        []proposal
 	r         *Replica
 	deadline  time.Time // RequestTimeout after the proposals were handed over
+	// undurable: a reply of the batch was committed and parked for the
+	// chain's durable point (parkDurable), so a timeout says ErrNotDurable.
+	undurable atomic.Bool
 	// held: the writes newBatch held, reqs[heldFrom:] — a transaction
 	// behind commits in flight and every write after it in the batch
 	// (txwait.go) — proposed or answered by Apply once those finish.
@@ -2100,6 +2103,7 @@ func (r *Replica) handle(rd *core.Ready[peerMsg], urgent bool) error {
 		}
 		for _, p := range ps {
 			if !p.blind && r.mustPark(rep.Op) || r.parkDurable(p, rep.Op) {
+				r.markUndurable(p, rep.Op)
 				// The closure's own copies: captured, res and opErr
 				// themselves would be on the heap for every reply.
 				res, opErr := res, opErr
@@ -2313,6 +2317,7 @@ func (r *Replica) apply(cs []vr.Committed) error {
 	r.trimLate(last)
 	for _, l := range locals {
 		if !l.p.blind && r.mustPark(l.op) || r.parkDurable(l.p, l.op) {
+			r.markUndurable(l.p, l.op)
 			r.parked = append(r.parked, parkedReply{op: l.op, p: l.p, fin: func() { l.p.finish(l.res, l.err) }, durable: l.p.durable})
 			continue
 		}
@@ -2625,7 +2630,7 @@ func (r *Replica) Apply(ctx context.Context, reqs []shard.WriteReq) (shard.Pendi
 	case <-timer.C:
 		// The driver may still finish the proposals; nobody reads them.
 		for i := range reqs {
-			reqs[i].Result, reqs[i].Err = kv.Result{}, ErrOutcomeUnknown
+			reqs[i].Result, reqs[i].Err = kv.Result{}, bw.timeoutErr(ErrOutcomeUnknown)
 		}
 		return shard.Pending{}, nil
 	case <-ctx.Done():
@@ -2822,7 +2827,7 @@ func (bw *batchWait) Await(ctx context.Context) error {
 	case <-bw.done:
 	default:
 		if err := r.awaitDone(ctx, bw.done, max(bw.deadline.Sub(r.clock.Now()), 0), ErrOutcomeUnknown); err != nil {
-			return err
+			return bw.timeoutErr(err)
 		}
 	}
 	for i := range bw.ps {
