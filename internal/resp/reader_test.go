@@ -432,7 +432,11 @@ func TestWholeCommandAgreesWithTheResumableParse(t *testing.T) {
 		if oneByte {
 			src = iotest.OneByteReader(src)
 		}
-		r := NewReader(src, 64)
+		size := 64
+		if !small {
+			size = 4096 // the cases below wholly buffered: a wrong acceptance must be reachable
+		}
+		r := NewReader(src, size)
 		if small {
 			r.SetMaxBulk(8)
 			r.SetMaxArray(3)
@@ -474,6 +478,10 @@ func TestWholeCommandAgreesWithTheResumableParse(t *testing.T) {
 		"*1\r\n$1\nxZ\r\n",
 		"*1\r\n$1:\r\n" + strings.Repeat("z", 20) + "\r\n",
 		"*1\r\n$:1\r\n" + strings.Repeat("z", 101) + "\r\n",
+		"*1\r\n$:\r\n" + strings.Repeat("z", 10) + "\r\n", // ':' is '0'+10
+		"*1\r\n$;\r\n" + strings.Repeat("z", 11) + "\r\n",
+		"*2\r\n$2\r\nab\rx$1\r\nc\r\n", // an argument's CR without its LF
+		"*2\r\n$2\r\nabx\n$1\r\nc\r\n", // an LF without its CR
 		"*1\r\n$12\rx" + strings.Repeat("z", 12) + "\r\n",
 		"*2\r\n$12\r\n" + strings.Repeat("z", 12) + "\r\n$1\r\nab\r\n",
 		"*2\r\n$99\r\n" + strings.Repeat("z", 99) + "\r\n$0\r\n\r\n",

@@ -46,10 +46,12 @@ type tree struct {
 }
 
 // Hint is where a probe (DB.Probe) found a key's item: its leaf and index
-// there, and the leaf's change count (bnode.mods) then. A writer that probes
-// a key it is about to write (an HSET's field row) gives the hint back with
-// the key's record (Record.Hint), and the insert starts from the item instead
-// of walking the tree again. It is checked, not trusted: any change of the
+// there, and the leaf's change count (bnode.mods) then; or, for a key the
+// probe did not find, the leaf whose range holds it (index -1: hinted). A
+// writer that probes a key it is about to write (an HSET's field row) gives
+// the hint back with the key's record (Record.Hint), and the insert starts
+// from the item (or knows the key is new) instead of walking the tree
+// again. It is checked, not trusted: any change of the
 // leaf's list of items since (an insert or removal in it, a split, a share,
 // a move of items) changes mods, and the insert walks as without one. The
 // zero Hint is none.

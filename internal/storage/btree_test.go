@@ -433,3 +433,149 @@ func TestHintedAgreesWithGet(t *testing.T) {
 		t.Fatalf("hinted(%q) with another tree's hint = %p, get %p", k, got, tr.get(k))
 	}
 }
+
+// An absent key's hint (findHint's i -1) answers "absent" only while the key
+// really is absent, whatever happens between the probe and its use: many
+// hints held at once over long stretches of inserts and removes near their
+// keys (leaves fill, share, split), bulk removes that empty runs of leaves
+// (unlinked: their ranges go to a neighbour; inner nodes emptied; the root
+// collapsing), in-order loads past the right end, inserts below the left
+// end; against a model (a map, and the scan's sorted keys: no key twice).
+// Each hint is then used as DB.insertLocked uses it: "absent" inserts, and
+// a wrong "absent" puts a second row of the key in the tree (or panics).
+// Fails if any leaf change a key's range depends on skips bnode.mods (an
+// insert into a leaf, a share's either side, a remove that may unlink it).
+func TestAbsentHintsAgainstModel(t *testing.T) {
+	type held struct {
+		k string
+		h Hint
+	}
+	for seed := int64(1); seed <= 4; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		tr := newTree()
+		model := map[string]bool{}
+		space := 3000 + rng.Intn(3000)
+		key := func(i int) string { return fmt.Sprintf("\xff\xffkefir/h/g%d/f:%06d", i%3, i/3) }
+		loads := 0 // keys past every other: "\xff\xffkefir/z..." in order
+		lows := 0  // keys below every other, descending
+		var hints []held
+		absentHeld, absentUsed, maxHeight := 0, 0, 0
+		add := func(k string, v uint64) {
+			if !model[k] {
+				tr.insert(tr.newItem([]byte(k), []ver{{version: v}}))
+				model[k] = true
+			}
+		}
+		del := func(k string) {
+			if tr.remove(k) != model[k] {
+				t.Fatalf("seed %d: remove(%q) disagrees with the model (%v)", seed, k, model[k])
+			}
+			delete(model, k)
+		}
+		for step := 0; step < 15000; step++ {
+			v := uint64(step + 1)
+			// Probe: a new hint, of an absent key mostly; now and then of a
+			// key the right end's loads or the left end's inserts will add.
+			ki := rng.Intn(space)
+			k := key(ki)
+			switch rng.Intn(20) {
+			case 0:
+				k = fmt.Sprintf("\xff\xffkefir/z%07d", loads+1+rng.Intn(50))
+			case 1:
+				k = fmt.Sprintf("\x01%07d", 10000000-lows-1-rng.Intn(50))
+			}
+			if len(hints) < 150 {
+				p, h := tr.findHint(k)
+				if (p == nil) != !model[k] || (p == nil) != (h.i < 0) {
+					t.Fatalf("seed %d step %d: findHint(%q) = %p, %+v; model %v", seed, step, k, p, h, model[k])
+				}
+				hints = append(hints, held{k, h})
+			}
+			// Changes: near the probed key, or elsewhere.
+			switch r := rng.Intn(1000); {
+			case r < 450: // inserts near ki: its leaf and neighbours fill, share, split
+				for range 1 + rng.Intn(6) {
+					add(key(min(max(ki+rng.Intn(301)-150, 0), space-1)), v)
+				}
+			case r < 800: // removes near ki
+				for range 1 + rng.Intn(6) {
+					del(key(min(max(ki+rng.Intn(301)-150, 0), space-1)))
+				}
+			case r < 860: // a run removed: leaves emptied and unlinked, inner nodes too
+				lo := rng.Intn(space)
+				for i := lo; i < min(space, lo+rng.Intn(600)); i++ {
+					del(key(i))
+				}
+			case r < 900: // the right end: in-order loads, then inserts after them
+				for range 1 + rng.Intn(100) {
+					loads++
+					k := fmt.Sprintf("\xff\xffkefir/z%07d", loads)
+					tr.load(tr.newItem([]byte(k), []ver{{version: v}}))
+					model[k] = true
+				}
+			case r < 930: // the left end: below every key
+				for range 1 + rng.Intn(100) {
+					lows++
+					add(fmt.Sprintf("\x01%07d", 10000000-lows), v)
+				}
+			case r < 932: // almost everything removed: the root collapses
+				for k := range model {
+					if rng.Intn(50) != 0 {
+						del(k)
+					}
+				}
+			}
+			// Every held hint leads where get does, and get agrees with the model.
+			for _, x := range hints {
+				got, want := tr.hinted(x.k, x.h), tr.get(x.k)
+				if got != want || (want != nil) != model[x.k] {
+					t.Fatalf("seed %d step %d: hinted(%q) = %p, get %p, model %v (hint %+v, leaf mods %d)",
+						seed, step, x.k, got, want, model[x.k], x.h, x.h.leaf.mods)
+				}
+				if x.h.i < 0 && x.h.leaf.mods == x.h.mods {
+					absentHeld++
+				}
+			}
+			// Use some hints, as insertLocked does: absent -> insert.
+			for range rng.Intn(3) {
+				if len(hints) == 0 {
+					break
+				}
+				j := rng.Intn(len(hints))
+				x := hints[j]
+				hints[j] = hints[len(hints)-1]
+				hints = hints[:len(hints)-1]
+				if x.h.i < 0 && x.h.leaf.mods == x.h.mods {
+					absentUsed++
+				}
+				if tr.hinted(x.k, x.h) == nil && !strings.HasPrefix(x.k, "\xff\xffkefir/z") { // (the loads' keys: in order)
+					tr.insert(tr.newItem([]byte(x.k), []ver{{version: v}}))
+					model[x.k] = true
+				}
+			}
+			height := 1
+			for n := tr.root; !n.isLeaf(); n = n.kids[0] {
+				height++
+			}
+			maxHeight = max(maxHeight, height)
+			if step%1000 == 999 {
+				if err := tr.check(); err != nil {
+					t.Fatalf("seed %d step %d: %v", seed, step, err)
+				}
+				var keys []string
+				tr.Scan(func(it item) bool { keys = append(keys, tr.keyOf(&it)); return true })
+				if len(keys) != len(model) {
+					t.Fatalf("seed %d step %d: %d keys scanned, model %d", seed, step, len(keys), len(model))
+				}
+				for i, k := range keys {
+					if !model[k] || i > 0 && k <= keys[i-1] { // a second row of a key
+						t.Fatalf("seed %d step %d: %q scanned after %q; in the model: %v", seed, step, k, keys[max(i-1, 0)], model[k])
+					}
+				}
+			}
+		}
+		if absentHeld < 5000 || absentUsed < 300 || maxHeight < 3 {
+			t.Fatalf("seed %d: %d absent hints held, %d used, height up to %d: the test does not exercise them", seed, absentHeld, absentUsed, maxHeight)
+		}
+	}
+}
