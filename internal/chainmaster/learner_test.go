@@ -325,3 +325,36 @@ func TestLearntMasterFailsBelowBeforeAnsweringAnyone(t *testing.T) {
 		}
 	}
 }
+
+// TestHostedTakeoverFailsBelowAtOnce (review35a): the case of
+// TestLearntMasterFailsBelowBeforeAnsweringAnyone at a hosted master taking
+// over from the record [2 1 3] at 7 while 3 is at 8 (2 silent): it records
+// the learnt list one above 8 and fails 1, heard at 7 while it waited out
+// the old master's leases, at once — the record leaves 1 out before any
+// heartbeat is answered, which a later takeover reads (the learnt list at
+// 9 would be no unlearnt configuration to it). With learntFailsLate 1 stays
+// in the record until its next heartbeat.
+func TestHostedTakeoverFailsBelowAtOnce(t *testing.T) {
+	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
+	for _, late := range []bool{false, mutation.On} {
+		t0 := time.Unix(1_000_000, 0)
+		now := t0
+		meta := &fakeMeta{rec: &kv.ChainConfig{Group: 0, Members: []uint64{2, 1, 3}, Epoch: 7}}
+		cfg := Config{Self: 9, Members: []uint64{2, 1, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
+			Meta: meta, Send: func(uint64, *chain.Msg) {}}
+		cfg.mut.learntFailsLate = late
+		x, err := newMaster(cfg, func() time.Time { return now })
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.tick(now) // leads: waits out the old master's leases
+		x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 1, To: 9, Seq: 1, Epoch: 7, ID: 8, Members: []chain.NodeID{2, 1, 3}}})
+		x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 3, To: 9, Seq: 2, Epoch: 8, ID: 8, Members: []chain.NodeID{2, 1, 3}}})
+		now = t0.Add(lease + 2*hb)
+		x.tick(now)
+		in := slices.Contains(meta.rec.Members, 1)
+		if in != late || meta.rec.Epoch <= 8 {
+			t.Fatalf("late %v: record %v: want 1 in it %v, above epoch 8", late, meta.rec, late)
+		}
+	}
+}
