@@ -1072,6 +1072,24 @@ func (m *Master) Awaited() []NodeID {
 	return ids
 }
 
+// Paged reports whether a chain that is down waits only because every
+// candidate reported paged (Restarted): none holds a history's state, and
+// the chain stays down until one reports whole — restarted on an emptied
+// directory, which carries the chain on with nothing — whatever the
+// operator forgoes (Forgo keeps the last candidate).
+func (m *Master) Paged() bool {
+	d := m.down
+	if d == nil || len(d.reports) == 0 || len(d.reports) < len(d.cands) {
+		return false
+	}
+	for _, r := range d.reports {
+		if !r.paged {
+			return false
+		}
+	}
+	return true
+}
+
 // Forgo is an operator's way out of a whole-chain restart that waits for a
 // node that may never come back (its disk gone for good): the chain
 // restarts without n, from the longest history among the others, as soon

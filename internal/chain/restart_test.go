@@ -667,8 +667,9 @@ func TestRestartNeverFromAPagedMember(t *testing.T) {
 	}
 	all := map[NodeID]restartReport{1: reports[1], 2: {lu: seq(3, 20), length: 20, paged: true}, 3: {length: 30, paged: true}}
 	h, restarted := run(t, false, all)
-	if restarted || !h.master.Down() {
-		t.Fatalf("every candidate paged: restarted %v, members %v: want the chain down", restarted, h.master.Members())
+	if restarted || !h.master.Down() || !h.master.Paged() || len(h.master.Awaited()) != 0 {
+		t.Fatalf("every candidate paged: restarted %v, members %v, paged %v, awaited %v: want the chain down, waiting on paged members only",
+			restarted, h.master.Members(), h.master.Paged(), h.master.Awaited())
 	}
 	if !h.master.Restarted(2, 0, 0, false) || h.master.Members()[0] != 2 {
 		t.Fatalf("2 back whole (empty): members %v, want the chain restarted from 2", h.master.Members())

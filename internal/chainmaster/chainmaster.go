@@ -174,6 +174,11 @@ type mutations struct {
 	// not learn leases the members below it as any (Master.below, the
 	// code before review34c).
 	learnTrusts bool
+	// learntFailsLate: a master whose learning found a configuration it
+	// could not learn fails the members its learning heard below it only
+	// on their next heartbeat, after it may have answered the others with
+	// a configuration listing them (learnt, the code before review35a).
+	learntFailsLate bool
 	// announceFirst sends a decision's messages before committing it to
 	// the metadata group.
 	announceFirst bool
@@ -254,6 +259,7 @@ type Master struct {
 	m     *chain.Master // nil: hosted and not acting (not the metadata leader, or waiting out the lease)
 	heard map[uint64]time.Time
 	lost  bool // "the chain is down" was logged
+	paged bool // "every member that may hold it is paged" was logged
 	// refused: nodes left out of a whole-chain restart whose join was
 	// refused (chain.ForgoneError) and logged.
 	refused map[uint64]bool
@@ -346,6 +352,7 @@ type Learner struct {
 	cfgEpoch uint64 // the epoch of members
 	epoch    uint64 // the highest any member reported
 	reported map[chain.NodeID]uint64
+	at       map[chain.NodeID]uint64 // each member's own epoch, as reported
 	// sameEpoch (-tags mutations): Config's epoch is the highest reported
 	// even above the learnt configuration's (the code before review34c).
 	sameEpoch bool
@@ -357,7 +364,8 @@ func NewLearner(members []chain.NodeID) *Learner { return NewLearnerAt(members, 
 // NewLearnerAt starts from configuration members at epoch (a hosted
 // master's record): only a newer one a member reports replaces it.
 func NewLearnerAt(members []chain.NodeID, epoch uint64) *Learner {
-	return &Learner{members: slices.Clone(members), cfgEpoch: epoch, epoch: epoch, reported: map[chain.NodeID]uint64{}}
+	return &Learner{members: slices.Clone(members), cfgEpoch: epoch, epoch: epoch, reported: map[chain.NodeID]uint64{},
+		at: map[chain.NodeID]uint64{}}
 }
 
 // Heard takes a member's heartbeat and reports whether what the master
@@ -372,6 +380,7 @@ func (l *Learner) Heard(hb chain.Msg) bool {
 		cfgEpoch = hb.ID - 1
 	}
 	l.reported[hb.From] = cfgEpoch
+	l.at[hb.From] = hb.Epoch
 	changed := false
 	if hb.Epoch > l.epoch {
 		l.epoch, changed = hb.Epoch, true
@@ -442,6 +451,21 @@ func (l *Learner) Unheard() uint64 {
 		return l.epoch
 	}
 	return 0
+}
+
+// Below lists the members of the learnt configuration heard at an epoch
+// below Unheard's (none if nothing is unheard), in id order: the master
+// fails them as it starts (Master.failBelow).
+func (l *Learner) Below() []chain.NodeID {
+	u := l.Unheard()
+	var ids []chain.NodeID
+	for _, id := range l.members {
+		if e, ok := l.at[id]; ok && e < u {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // Start registers the master on the transport and runs it until Close.
@@ -710,12 +734,9 @@ func (x *Master) step(msgs []chain.Msg) {
 				// only to a member silent through the learning): leased
 				// by the learnt, older configuration, it would serve
 				// reads the chain's writes no longer reach. Failed, it
-				// rejoins holding its history (review34c).
-				x.cfg.Logger.Warn("chain master: member below a configuration the master never learnt (a master crash mid-repair): failed; it rejoins",
-					"node", from, "epoch", msg.Epoch, "unlearnt epoch", x.below)
-				x.m.Fail(msg.From)
-				delete(x.heard, from)
-				delete(x.progress, from)
+				// rejoins holding its history (review34c). (One heard
+				// below during the learning was failed as it ended.)
+				x.failBelow(msg.From, msg.Epoch)
 				continue
 			}
 			if p, ok := x.progress[from]; lostHistory(p, ok, msg) {
@@ -805,8 +826,17 @@ func (x *Master) step(msgs []chain.Msg) {
 // others are joined to it as any restarted member.
 func (x *Master) restarted(hb chain.Msg, now time.Time) {
 	if !x.m.Restarted(hb.From, hb.LU, int(hb.LA), hb.Any) {
+		if x.m.Paged() && !x.paged {
+			// Nothing else tells the operator why the chain stays down
+			// with every member reported (Awaited is empty).
+			x.paged = true
+			x.cfg.Logger.Error("chain master: every member that may hold the chain's history restarted holding pages of a snapshot it had not finished taking (a crash mid state transfer): "+
+				"none holds a consistent state, and the chain stays down; restarting one on an empty directory restarts the chain from nothing (docs/chain.md)",
+				"members", x.m.Members())
+		}
 		return
 	}
+	x.paged = false
 	for _, id := range x.m.Members() {
 		x.heard[uint64(id)] = now // it reported just now, or as good as (the last report completed the set)
 	}
@@ -850,6 +880,10 @@ func (x *Master) RestartWithout(ids []uint64) (string, error) {
 	}
 	if !restarted {
 		x.flush()
+		if x.m.Paged() {
+			return fmt.Sprintf("the chain stays down without %v: every other member that may hold its history restarted holding pages of a snapshot it had not finished taking, "+
+				"no consistent state; restarting one on an empty directory restarts the chain from nothing", ids), nil
+		}
 		return fmt.Sprintf("the chain restarts without %v once %v report (they have not restarted yet); "+
 			"the writes acknowledged last are lost if only %v held them", ids, x.m.Awaited(), ids), nil
 	}
@@ -991,7 +1025,7 @@ func (x *Master) lead() (bool, time.Time) {
 	// would never grant a lease: it records the newest configuration a
 	// member reports, at the highest epoch reported, first (a Learner of
 	// the reports, in node order).
-	hiMembers, hiEpoch, unheard := x.learnOver(cc)
+	hiMembers, hiEpoch, unheard, below := x.learnOver(cc)
 	adopted := hiEpoch > 0 && (cc == nil || hiEpoch > cc.Epoch)
 	// starting: this master records the chain's first configuration, so
 	// its members may be starting too.
@@ -1061,11 +1095,19 @@ func (x *Master) lead() (bool, time.Time) {
 		x.countFromMap(cc)
 	}
 	x.m = x.newCore(from, cc.Epoch)
+	reports := x.reports
 	x.committed, x.actAt, x.reports = cc, time.Time{}, nil
 	clear(x.heard)
 	clear(x.progress)
 	if adopted {
 		x.below = unheard // as a standalone master's learning (learnt)
+		if !(mutation.On && x.cfg.mut.learntFailsLate) {
+			for _, id := range below {
+				if slices.Contains(x.m.Members(), id) {
+					x.failBelow(id, reports[id].Epoch)
+				}
+			}
+		}
 	}
 	heard := now // FailAfter from now: they were never answered here
 	if starting {
@@ -1090,15 +1132,34 @@ func (x *Master) lead() (bool, time.Time) {
 	return true, now
 }
 
+// failBelow fails member n, heard at epoch, below the configuration the
+// master never learnt (x.below): it may be one that configuration cut out
+// (step). A member heard so during the learning is failed as the learning
+// ends (learnt, lead), before any heartbeat is answered: answered first,
+// another member takes the learnt configuration, which lists n, at an epoch
+// above the unlearnt one, and reports it — a master crashing before n's
+// next heartbeat leaves its successor nothing unheard to learn, and n, in
+// that configuration, is leased by it (review35a;
+// TestLearntMasterFailsBelowBeforeAnsweringAnyone).
+func (x *Master) failBelow(n chain.NodeID, epoch uint64) {
+	x.cfg.Logger.Warn("chain master: member below a configuration the master never learnt (a master crash mid-repair): failed; it rejoins",
+		"node", uint64(n), "epoch", epoch, "unlearnt epoch", x.below)
+	x.m.Fail(n)
+	delete(x.heard, uint64(n))
+	delete(x.progress, uint64(n))
+}
+
 // learnOver is what a hosted master taking over learns from the members'
 // reports over record cc (nil: none): the newest configuration and the
-// epoch to start at (Learner.Config). It starts from the record, not the
+// epoch to start at (Learner.Config), with the epoch of a configuration it
+// could not learn and the members heard below it (Learner.Unheard, Below:
+// failed as the master starts). It starts from the record, not the
 // configured members: a member reporting an epoch above the record's with
 // an older configuration (the old master's newer one known only to a
 // silent member) then leaves the record's members, at an epoch above every
 // one reported, rather than put the older list in the record over it
 // (review34c; the mutation learnFromConfigured, the code before).
-func (x *Master) learnOver(cc *kv.ChainConfig) (members []chain.NodeID, epoch, unheard uint64) {
+func (x *Master) learnOver(cc *kv.ChainConfig) (members []chain.NodeID, epoch, unheard uint64, below []chain.NodeID) {
 	l := NewLearner(nodeIDs(x.cfg.Members))
 	if cc != nil && !(mutation.On && x.cfg.mut.learnFromConfigured) {
 		l = NewLearnerAt(nodeIDs(cc.Members), cc.Epoch)
@@ -1108,7 +1169,7 @@ func (x *Master) learnOver(cc *kv.ChainConfig) (members []chain.NodeID, epoch, u
 		l.Heard(x.reports[id])
 	}
 	members, epoch = l.Config()
-	return members, epoch, l.Unheard()
+	return members, epoch, l.Unheard(), l.Below()
 }
 
 // readWants reads the cluster map's entry of the chain (MetaWants), if
@@ -1201,6 +1262,11 @@ func (x *Master) learn(msg chain.Msg, now time.Time) {
 // learnt ends the learning: the master acts on its configuration.
 func (x *Master) learnt() {
 	x.below = x.learner.Unheard()
+	if !(mutation.On && x.cfg.mut.learntFailsLate) {
+		for _, id := range x.learner.Below() {
+			x.failBelow(id, x.learner.at[id])
+		}
+	}
 	x.learnUntil, x.learner = time.Time{}, nil
 	x.committed = x.config() // what heartbeats are answered with from now on
 	x.cfg.Logger.Info("chain master: acting", "members", x.m.Members(), "epoch", x.m.Epoch())

@@ -193,7 +193,9 @@ func TestLearntMasterFailsAMemberBelowAnUnlearntConfiguration(t *testing.T) {
 					answers = append(answers, *m)
 				}
 			}}
-		cfg.mut.learnTrusts = trusts
+		// (learntFailsLate too: heard below during the learning, 1 is
+		// failed as it ends, before the check on its heartbeat.)
+		cfg.mut.learnTrusts, cfg.mut.learntFailsLate = trusts, trusts
 		x, err := newMaster(cfg, func() time.Time { return now })
 		if err != nil {
 			t.Fatal(err)
@@ -243,16 +245,116 @@ func TestHostedTakeoverLearnsOverTheRecord(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		x.reports = map[chain.NodeID]chain.Msg{1: {Type: chain.MsgHeartbeat, From: 1, Epoch: 6, ID: 5, Members: []chain.NodeID{1, 2, 3}}}
-		ms, e, unheard := x.learnOver(&kv.ChainConfig{Epoch: 5, Members: []uint64{1, 2, 4}})
+		x.reports = map[chain.NodeID]chain.Msg{1: {Type: chain.MsgHeartbeat, From: 1, Epoch: 6, ID: 5, Members: []chain.NodeID{1, 2, 3}},
+			4: {Type: chain.MsgHeartbeat, From: 4, Epoch: 5, ID: 5, Members: []chain.NodeID{1, 2, 3}}}
+		ms, e, unheard, below := x.learnOver(&kv.ChainConfig{Epoch: 5, Members: []uint64{1, 2, 4}})
 		if configured {
 			if !slices.Equal(ms, []chain.NodeID{1, 2, 3}) {
 				t.Fatalf("learnFromConfigured: learnt %v at %d (the mutation does not bite)", ms, e)
 			}
 			continue
 		}
-		if !slices.Equal(ms, []chain.NodeID{1, 2, 4}) || e != 7 || unheard != 6 {
-			t.Fatalf("learnt %v at %d (unheard %d), want the record's [1 2 4] at 7 (unheard 6)", ms, e, unheard)
+		// 4, at 5, below the unlearnt 6: failed as the master starts
+		// (TestLearntMasterFailsBelowBeforeAnsweringAnyone).
+		if !slices.Equal(ms, []chain.NodeID{1, 2, 4}) || e != 7 || unheard != 6 || !slices.Equal(below, []chain.NodeID{4}) {
+			t.Fatalf("learnt %v at %d (unheard %d, below %v), want the record's [1 2 4] at 7 (unheard 6, below [4])", ms, e, unheard, below)
+		}
+	}
+}
+
+// TestLearntMasterFailsBelowBeforeAnsweringAnyone (review35a): the case of
+// TestLearntMasterFailsAMemberBelowAnUnlearntConfiguration, but after the
+// learning 3's heartbeat comes before 1's. Answered first, 3 took the
+// learnt [2 1 3] at 9 — above the unlearnt [2 3] at 8 — and reports it; a
+// master crashing before 1's heartbeat failed it (a standalone master keeps
+// nothing) left the next one nothing to see: 3 at 8 with a configuration
+// at 9 is no unlearnt configuration, and 1 at 7, in it, was leased on
+// [2 1 3] — the stale reads review34c closed. So the master fails the
+// members its learning heard below the unlearnt epoch as it ends, before
+// it answers anyone: no answer lists 1, and a next master learns the
+// repair (the mutation learntFailsLate, the code before, leases 1 there).
+func TestLearntMasterFailsBelowBeforeAnsweringAnyone(t *testing.T) {
+	const hb, lease, failAfter = 50 * time.Millisecond, 300 * time.Millisecond, 600 * time.Millisecond
+	// run runs a standalone master through its learning and a heartbeat
+	// round after it: 3's report first, then 1's (2 silent). It returns
+	// the heartbeat answers it sent.
+	run := func(late bool, report3 chain.Msg) []chain.Msg {
+		var answers []chain.Msg
+		t0 := time.Unix(1_000_000, 0)
+		now := t0
+		cfg := Config{Self: 9, Members: []uint64{2, 1, 3}, Heartbeat: hb, Lease: lease, FailAfter: failAfter, StartGrace: 10 * failAfter,
+			Send: func(_ uint64, m *chain.Msg) {
+				if m.Type == chain.MsgHeartbeat {
+					answers = append(answers, *m)
+				}
+			}}
+		cfg.mut.learntFailsLate = late
+		x, err := newMaster(cfg, func() time.Time { return now })
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seq uint64
+		for d := time.Duration(0); d <= 2*failAfter; d += hb {
+			now = t0.Add(d)
+			x.tick(now)
+			for _, m := range []chain.Msg{report3, {From: 1, Epoch: 7, ID: 8, Members: []chain.NodeID{2, 1, 3}}} {
+				seq++
+				m.Type, m.To, m.Seq = chain.MsgHeartbeat, 9, seq
+				x.step([]chain.Msg{m})
+			}
+		}
+		return answers
+	}
+	leased := func(answers []chain.Msg, n chain.NodeID) bool {
+		return slices.ContainsFunc(answers, func(a chain.Msg) bool { return a.To == n && slices.Contains(a.Members, n) })
+	}
+	for _, late := range []bool{false, mutation.On} {
+		answers := run(late, chain.Msg{From: 3, Epoch: 8, ID: 8, Members: []chain.NodeID{2, 1, 3}})
+		if leased(answers, 1) {
+			t.Fatalf("late %v: the first master leased 1", late)
+		}
+		i := slices.IndexFunc(answers, func(a chain.Msg) bool { return a.To == 3 })
+		if i < 0 {
+			t.Fatalf("late %v: 3 was never answered", late)
+		}
+		// The first master crashes; 3 took its first answer and reports it.
+		a := answers[i]
+		next := run(false, chain.Msg{From: 3, Epoch: 8, ID: a.Epoch + 1, Members: a.Members})
+		if leased(next, 1) != late {
+			t.Fatalf("late %v: 3 first answered with %v at %d; the next master leased 1 (at epoch 7): %v", late, a.Members, a.Epoch, leased(next, 1))
+		}
+	}
+}
+
+// TestHostedTakeoverFailsBelowAtOnce (review35a): the case of
+// TestLearntMasterFailsBelowBeforeAnsweringAnyone at a hosted master taking
+// over from the record [2 1 3] at 7 while 3 is at 8 (2 silent): it records
+// the learnt list one above 8 and fails 1, heard at 7 while it waited out
+// the old master's leases, at once — the record leaves 1 out before any
+// heartbeat is answered, which a later takeover reads (the learnt list at
+// 9 would be no unlearnt configuration to it). With learntFailsLate 1 stays
+// in the record until its next heartbeat.
+func TestHostedTakeoverFailsBelowAtOnce(t *testing.T) {
+	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
+	for _, late := range []bool{false, mutation.On} {
+		t0 := time.Unix(1_000_000, 0)
+		now := t0
+		meta := &fakeMeta{rec: &kv.ChainConfig{Group: 0, Members: []uint64{2, 1, 3}, Epoch: 7}}
+		cfg := Config{Self: 9, Members: []uint64{2, 1, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
+			Meta: meta, Send: func(uint64, *chain.Msg) {}}
+		cfg.mut.learntFailsLate = late
+		x, err := newMaster(cfg, func() time.Time { return now })
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.tick(now) // leads: waits out the old master's leases
+		x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 1, To: 9, Seq: 1, Epoch: 7, ID: 8, Members: []chain.NodeID{2, 1, 3}}})
+		x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 3, To: 9, Seq: 2, Epoch: 8, ID: 8, Members: []chain.NodeID{2, 1, 3}}})
+		now = t0.Add(lease + 2*hb)
+		x.tick(now)
+		in := slices.Contains(meta.rec.Members, 1)
+		if in != late || meta.rec.Epoch <= 8 {
+			t.Fatalf("late %v: record %v: want 1 in it %v, above epoch 8", late, meta.rec, late)
 		}
 	}
 }
