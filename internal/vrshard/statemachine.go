@@ -252,11 +252,39 @@ func (a *applier) evalFenced(op *kv.Op, v uint64, ts int64, client, reqNum uint6
 		return res, errMarkHit
 	}
 	res, err := a.eval(op, v, ts)
+	if err == nil && client != 0 {
+		if err = a.checkRow(reqNum, res); err != nil {
+			return kv.Result{}, err
+		}
+	}
 	if err == nil && kv.IsSlotKind(op.Kind) {
 		a.slotsOK, a.slotsDirty = false, true
 	}
 	return res, err
 }
+
+// checkRow refuses an op whose result the client's row (kv.AppendClientRow,
+// a record) cannot hold: a reply over the engine's largest value, which
+// would fail the batch's Append on every replica, at each replay too — a
+// group stopped for good by one request (KEYS * inside MULTI over a large
+// keyspace, an EVAL's long string, GETDEL of a value of MaxBulk bytes). The
+// op fails instead (its caller drops what it staged): the same on every
+// replica, whose engines share MaxValueSize (the front door's MaxBulk), and
+// in replay, which evaluates it through here again.
+func (a *applier) checkRow(reqNum uint64, res kv.Result) error {
+	const slack = 64 // the row's request number and the result's header, at most
+	max := a.db.MaxValueSize()
+	if max <= 0 || len(res.Bulk)+slack <= max {
+		return nil
+	}
+	if row, _ := kv.AppendClientRow(nil, reqNum, res, nil); len(row) > max {
+		return fmt.Errorf("%w (%d bytes)", errReplyTooLarge, len(row))
+	}
+	return nil
+}
+
+// errReplyTooLarge is checkRow's refusal.
+var errReplyTooLarge = errors.New("ERR the reply is larger than the largest value this group stores (max-bulk): the command was not applied")
 
 // applyForget evaluates the leader's forget entry at op v: every client row
 // whose version is below `below` gets a tombstone of version v. The leader
