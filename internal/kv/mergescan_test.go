@@ -225,3 +225,41 @@ func TestMergeScanListsARangeOnce(t *testing.T) {
 		}
 	}
 }
+
+// A keyspace read of an op's command (KindScan through overlay.exec, as
+// KEYS, SCAN and DBSIZE make) skips the reserved keys' range (skipReserved):
+// an applier's Lister would otherwise list, and its getter read, every hash
+// row and client row of the store.
+func TestOpKeyspaceReadSkipsReservedKeys(t *testing.T) {
+	store := map[string]bool{"a": true, "z": true, "\xff\xff\xff": true}
+	for i := range 100 {
+		store[string(ReservedKey(fmt.Sprintf("row/%03d", i)))] = true
+	}
+	reserved := 0
+	get := func(k []byte) ([]byte, []byte, uint64, bool, error) {
+		if IsReserved(k) {
+			reserved++
+		}
+		if !store[string(k)] {
+			return nil, nil, 0, false, nil
+		}
+		return []byte("v"), nil, 1, true, nil
+	}
+	list := func(start, end []byte, visit func([]byte) bool) error {
+		for k := range store {
+			if k >= string(start) && (end == nil || k < string(end)) && !visit([]byte(k)) {
+				return nil
+			}
+		}
+		return nil
+	}
+	o := newOverlay(get, 7, &Op{Kind: KindExec, Now: 1000}, 0)
+	o.list = list
+	res, err := o.exec(&Op{Kind: KindScan, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Array) != 6 || reserved != 0 {
+		t.Fatalf("read %d keys (%q), %d reserved keys read through the getter", len(res.Array)/2, res.Array, reserved)
+	}
+}
