@@ -252,39 +252,34 @@ func (a *applier) evalFenced(op *kv.Op, v uint64, ts int64, client, reqNum uint6
 		return res, errMarkHit
 	}
 	res, err := a.eval(op, v, ts)
-	if err == nil && client != 0 {
-		if err = a.checkRow(reqNum, res); err != nil {
-			return kv.Result{}, err
-		}
-	}
 	if err == nil && kv.IsSlotKind(op.Kind) {
 		a.slotsOK, a.slotsDirty = false, true
 	}
 	return res, err
 }
 
-// checkRow refuses an op whose result the client's row (kv.AppendClientRow,
-// a record) cannot hold: a reply over the engine's largest value, which
-// would fail the batch's Append on every replica, at each replay too — a
-// group stopped for good by one request (KEYS * inside MULTI over a large
-// keyspace, an EVAL's long string, GETDEL of a value of MaxBulk bytes). The
-// op fails instead (its caller drops what it staged): the same on every
-// replica, whose engines share MaxValueSize (the front door's MaxBulk), and
-// in replay, which evaluates it through here again.
-func (a *applier) checkRow(reqNum uint64, res kv.Result) error {
-	const slack = 64 // the row's request number and the result's header, at most
-	max := a.db.MaxValueSize()
-	if max <= 0 || len(res.Bulk)+slack <= max {
-		return nil
+// clientRow is the value of client's row for op reqNum's outcome
+// (kv.AppendClientRow). A reply the row cannot hold, over the engine's
+// largest value (the front door's MaxBulk: KEYS * inside MULTI over a large
+// keyspace, an EVAL's long string, GETDEL of a value of MaxBulk bytes), had
+// failed the batch's Append on every replica, which stopped, and again at
+// each restart's replay: a group stopped for good by one request. The row
+// records errReplyNotRecorded instead: the write is applied and its first
+// reply (from the core's table, which keeps the whole outcome) is whole; a
+// retry answered from the row (after a restart) learns that it was
+// applied, not its reply. Deterministic: every replica's engine has the
+// same MaxValueSize, and replay reads the row as written.
+func (a *applier) clientRow(reqNum uint64, res kv.Result, opErr error) []byte {
+	row, _ := kv.AppendClientRow(nil, reqNum, res, opErr)
+	if max := a.db.MaxValueSize(); max > 0 && len(row) > max {
+		row, _ = kv.AppendClientRow(nil, reqNum, kv.Result{}, fmt.Errorf("%w (%d bytes)", errReplyNotRecorded, len(row)))
 	}
-	if row, _ := kv.AppendClientRow(nil, reqNum, res, nil); len(row) > max {
-		return fmt.Errorf("%w (%d bytes)", errReplyTooLarge, len(row))
-	}
-	return nil
+	return row
 }
 
-// errReplyTooLarge is checkRow's refusal.
-var errReplyTooLarge = errors.New("ERR the reply is larger than the largest value this group stores (max-bulk): the command was not applied")
+// errReplyNotRecorded is the outcome clientRow records for a reply too
+// large for the row.
+var errReplyNotRecorded = errors.New("ERR the command was applied, but its reply is larger than the largest value this group stores (max-bulk), so it was not kept for a retry")
 
 // applyForget evaluates the leader's forget entry at op v: every client row
 // whose version is below `below` gets a tombstone of version v. The leader
@@ -406,7 +401,7 @@ func (a *applier) applyOp(op *kv.Op, v uint64, ts int64, client, reqNum uint64) 
 		return kv.Result{}, nil, opErr
 	}
 	if client != 0 {
-		a.recs[start].Value, _ = kv.AppendClientRow(nil, reqNum, res, opErr)
+		a.recs[start].Value = a.clientRow(reqNum, res, opErr)
 	}
 	if opErr != nil {
 		// A failed op writes nothing but its client row.
