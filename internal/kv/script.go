@@ -329,7 +329,8 @@ func (o *overlay) listedKeys(start, end []byte) ([]string, error) {
 	keys = slices.Compact(keys)
 	o.listed[1] = o.listed[0]
 	o.listed[0] = listing{start: bytes.Clone(start), end: bytes.Clone(end), keys: keys, ok: true}
-	return keys, nil
+	j, _ := slices.BinarySearch(keys, string(start)) // a Lister's superset may hold keys below start
+	return keys[j:], nil
 }
 
 // exec runs one command (a ScriptExec).
