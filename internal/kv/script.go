@@ -118,6 +118,25 @@ type overlay struct {
 	// applier's, ApplyWith). Either lets the commands read ranges (scan).
 	scan Scanner
 	list Lister
+	// listed are the ranges list listed last, sorted (listed): a range
+	// read pages through its range (KEYS, SCAN: OpScanLimit keys a page;
+	// ScanUser past expired keys), and the state before the op does not
+	// change while it runs, so a page whose range one of them covers is
+	// served from it rather than by listing the rest of the range again.
+	listed [2]listing
+}
+
+// listing is a range [start, end) of the state's keys as a Lister named
+// them, sorted and deduplicated (a superset: some may be absent).
+type listing struct {
+	start, end []byte
+	keys       []string
+	ok         bool
+}
+
+// covers reports whether l holds every key of [start, end).
+func (l *listing) covers(start, end []byte) bool {
+	return l.ok && bytes.Compare(l.start, start) <= 0 && (l.end == nil || (end != nil && bytes.Compare(end, l.end) <= 0))
 }
 
 type staged struct {
@@ -155,7 +174,7 @@ func (o *overlay) scanRange(start, end []byte, limit int, visit func(key, data, 
 		if o.list == nil {
 			return fmt.Errorf("%w: a range read needs the caller's scanner or key lister", ErrInvalidOp)
 		}
-		base = listScanner(o.get, o.list)
+		base = o.listScan
 	}
 	return mergeScan(base, o.writes, o.order, o.version, start, end, limit, visit)
 }
@@ -258,38 +277,60 @@ func (o *overlay) listMerged(start, end []byte, visit func(key []byte) bool) err
 	return o.scanRange(start, end, 0, func(k, _, _ []byte, _ uint64) bool { return visit(k) })
 }
 
-// listScanner is a Scanner over an applier's state: the keys list names in
-// [start, end) (in any order, a superset: Lister), sorted, each read
-// through get (a listed key may be absent). It lists the whole range before
-// the first visit, whatever the limit: a range read in an op that writes
-// costs the range's size (docs/design/transactions.md).
-func listScanner(get Getter, list Lister) Scanner {
-	return func(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
-		var keys []string
-		if err := list(start, end, func(k []byte) bool {
-			keys = append(keys, string(k))
-			return true
-		}); err != nil {
+// listScan is the Scanner of an applier's state (o.list and o.get): the
+// keys list names in [start, end) (in any order, a superset: Lister),
+// sorted, each read through get (a listed key may be absent). A range is
+// listed whole before its first visit, whatever the limit, once per op
+// (listedKeys): a range read in an op that writes costs the range's size
+// (docs/design/transactions.md).
+func (o *overlay) listScan(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
+	keys, err := o.listedKeys(start, end)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, k := range keys {
+		if end != nil && k >= string(end) {
+			break
+		}
+		data, meta, ver, ok, err := o.get([]byte(k))
+		if err != nil {
 			return err
 		}
-		slices.Sort(keys)
-		keys = slices.Compact(keys)
-		n := 0
-		for _, k := range keys {
-			data, meta, ver, ok, err := get([]byte(k))
-			if err != nil {
-				return err
-			}
-			if !ok {
-				continue
-			}
-			n++
-			if !visit([]byte(k), bytes.Clone(data), bytes.Clone(meta), ver) || (limit > 0 && n >= limit) {
-				return nil
-			}
+		if !ok {
+			continue
 		}
-		return nil
+		n++
+		if !visit([]byte(k), bytes.Clone(data), bytes.Clone(meta), ver) || (limit > 0 && n >= limit) {
+			return nil
+		}
 	}
+	return nil
+}
+
+// listedKeys returns the sorted keys of [start, end) o.list names, from the
+// first key at or after start (and maybe past end: the caller stops there),
+// through the op's two last listings (o.listed).
+func (o *overlay) listedKeys(start, end []byte) ([]string, error) {
+	for i := range o.listed {
+		if l := &o.listed[i]; l.covers(start, end) {
+			j, _ := slices.BinarySearch(l.keys, string(start))
+			return l.keys[j:], nil
+		}
+	}
+	var keys []string
+	if err := o.list(start, end, func(k []byte) bool {
+		keys = append(keys, string(k))
+		return true
+	}); err != nil {
+		return nil, err
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	o.listed[1] = o.listed[0]
+	o.listed[0] = listing{start: bytes.Clone(start), end: bytes.Clone(end), keys: keys, ok: true}
+	j, _ := slices.BinarySearch(keys, string(start)) // a Lister's superset may hold keys below start
+	return keys[j:], nil
 }
 
 // exec runs one command (a ScriptExec).

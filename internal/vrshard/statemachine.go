@@ -258,6 +258,29 @@ func (a *applier) evalFenced(op *kv.Op, v uint64, ts int64, client, reqNum uint6
 	return res, err
 }
 
+// clientRow is the value of client's row for op reqNum's outcome
+// (kv.AppendClientRow). A reply the row cannot hold, over the engine's
+// largest value (the front door's MaxBulk: KEYS * inside MULTI over a large
+// keyspace, an EVAL's long string, GETDEL of a value of MaxBulk bytes), had
+// failed the batch's Append on every replica, which stopped, and again at
+// each restart's replay: a group stopped for good by one request. The row
+// records errReplyNotRecorded instead: the write is applied and its first
+// reply (from the core's table, which keeps the whole outcome) is whole; a
+// retry answered from the row (after a restart) learns that it was
+// applied, not its reply. Deterministic: every replica's engine has the
+// same MaxValueSize, and replay reads the row as written.
+func (a *applier) clientRow(reqNum uint64, res kv.Result, opErr error) []byte {
+	row, _ := kv.AppendClientRow(nil, reqNum, res, opErr)
+	if max := a.db.MaxValueSize(); max > 0 && len(row) > max {
+		row, _ = kv.AppendClientRow(nil, reqNum, kv.Result{}, fmt.Errorf("%w (%d bytes)", errReplyNotRecorded, len(row)))
+	}
+	return row
+}
+
+// errReplyNotRecorded is the outcome clientRow records for a reply too
+// large for the row.
+var errReplyNotRecorded = errors.New("ERR the command was applied, but its reply is larger than the largest value this group stores (max-bulk), so it was not kept for a retry")
+
 // applyForget evaluates the leader's forget entry at op v: every client row
 // whose version is below `below` gets a tombstone of version v. The leader
 // picks below no higher than the oldest op in its core's client table, so only
@@ -378,7 +401,7 @@ func (a *applier) applyOp(op *kv.Op, v uint64, ts int64, client, reqNum uint64) 
 		return kv.Result{}, nil, opErr
 	}
 	if client != 0 {
-		a.recs[start].Value, _ = kv.AppendClientRow(nil, reqNum, res, opErr)
+		a.recs[start].Value = a.clientRow(reqNum, res, opErr)
 	}
 	if opErr != nil {
 		// A failed op writes nothing but its client row.
