@@ -379,3 +379,96 @@ func TestSyncNeedsALogMember(t *testing.T) {
 		})
 	}
 }
+
+// TestMemoryJoinerKeepsNoDiskDurablePoint: a memory member that joins a
+// chain left with memory members only (D-M, the log head crashed) and then
+// becomes the head alone must not hold a durable point (DA) over writes no
+// disk ever held: the joiner learns that the chain had a log member however
+// it joins — with no write relayed during its join too — and takes no
+// vacuous DA meanwhile.
+func TestMemoryJoinerKeepsNoDiskDurablePoint(t *testing.T) {
+	for _, mode := range []Mode{SU, AUSI, AU} {
+		t.Run(mode.String(), func(t *testing.T) {
+			h := newHarness([]NodeID{1, 2}, 2, 64, 0)
+			h.syncPersist = true
+			h.setup(mode, func(id NodeID) Store {
+				if id == 1 {
+					return Log
+				}
+				return Memory
+			})
+			id := uint64(0)
+			put := func(n int) {
+				for range n {
+					id++
+					h.master.Put(id, []byte(fmt.Sprintf("k%d=v%d", id%3, id)))
+					h.collect()
+					h.stabilize()
+				}
+			}
+			put(3)
+			h.crash(1, true)
+			h.collect()
+			h.stabilize()
+			put(3) // committed by the memory member alone: on no disk
+			if err := h.addJoiner(4, 0); err != nil {
+				t.Fatal(err)
+			}
+			for range 20 {
+				h.stabilize()
+				h.mtick(1)
+			}
+			j := h.members[4]
+			if s := j.Status(); s.State != Active || len(j.History()) != 6 {
+				t.Fatalf("the joiner: %+v, %d entries", s, len(j.History()))
+			}
+			if s := j.Status(); s.DA >= j.History()[3].Seq {
+				t.Fatalf("the memory joiner's DA %s covers writes no disk held (4th: %s)", FormatSeq(s.DA), FormatSeq(j.History()[3].Seq))
+			}
+			h.crash(2, true)
+			h.collect()
+			h.stabilize()
+			for range 10 {
+				h.stabilize()
+				h.mtick(1)
+			}
+			if h.master.Head() != 4 {
+				t.Fatalf("head %d, want the joiner 4", h.master.Head())
+			}
+			if s := j.Status(); s.DA >= j.History()[3].Seq {
+				t.Fatalf("the memory joiner, head alone, has DA %s over writes no disk held (4th: %s): a sync write would be answered", FormatSeq(s.DA), FormatSeq(j.History()[3].Seq))
+			}
+		})
+	}
+}
+
+// TestMemoryTailTakesTheLogMembersDA: a memory tail under a log member (D-M)
+// has no disk of its own from it down, so its DA moves only by the notices
+// its predecessor passes down (Member.passDown, noticed): once the log
+// member persisted the writes, the tail's DA is theirs — what a strong read
+// there serves under AUSI (vrshard's Readable) and where DA stands should it
+// become head. Without the notices it stays at 0: reads at the tail would
+// wait for ever, and a tail made head would refuse sync answers its log
+// members' disks hold.
+func TestMemoryTailTakesTheLogMembersDA(t *testing.T) {
+	for _, mode := range []Mode{SU, AUSI, AU} {
+		h := newHarness([]NodeID{1, 2}, 2, 64, 0)
+		h.syncPersist = true
+		h.setup(mode, func(id NodeID) Store {
+			if id == 1 {
+				return Log
+			}
+			return Memory
+		})
+		for id := uint64(1); id <= 3; id++ {
+			h.master.Put(id, []byte(fmt.Sprintf("k=v%d", id)))
+			h.collect()
+			h.stabilize()
+		}
+		head, tail := h.members[1].Status(), h.members[2].Status()
+		if tail.LA == 0 || tail.DA != tail.LA || head.DA != tail.LA {
+			t.Fatalf("%s D-M: the head's DA %s; the memory tail's DA %s, LA %s: want the tail's DA at the head's, at LA",
+				mode, FormatSeq(head.DA), FormatSeq(tail.DA), FormatSeq(tail.LA))
+		}
+	}
+}

@@ -414,9 +414,12 @@ func (m *Member) ReadyReuse() []Msg {
 
 func (m *Member) send(to NodeID, msg Msg) {
 	msg.From, msg.To = m.cfg.ID, to
-	if msg.Type == MsgUpdate && m.hadLog {
+	if (msg.Type == MsgUpdate || msg.Type == MsgFlush) && m.hadLog {
 		// The successor learns that the chain has a log member before it
-		// holds anything (raiseDA).
+		// holds anything (raiseDA); a joiner, from the FLUSH that went round
+		// the old chain, before it merges — with no update relayed during
+		// its join, and under SU no acknowledgement from its successor
+		// either, it would otherwise take a vacuous DA once it is the tail.
 		msg.HadLog = true
 	}
 	if msg.Epoch == 0 {
@@ -1370,6 +1373,9 @@ func (m *Member) flush(msg Msg) {
 	if msg.Joiner == me && m.state == Joining {
 		// Second arrival: the log flush is complete; merge the temporary
 		// store behind it and become a replica.
+		// Every member of the old chain passed this FLUSH on, each saying
+		// whether it knows the chain had a log member (send).
+		m.hadLog = m.hadLog || msg.HadLog
 		mainLU := m.lastSeq()
 		tmp := m.tmp
 		m.tmp = nil

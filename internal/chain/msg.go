@@ -172,7 +172,8 @@ type Msg struct {
 	// the receiver must not count it as durable (docs/design/chain.md, "A
 	// sync answer needs a disk"). An older sender never sets it.
 	NoLog bool
-	// HadLog (ack, repair-info with NoLog; update): the sender knows the
+	// HadLog (ack, repair-info with NoLog; update; flush: some member on
+	// its way round the old chain did): the sender knows the
 	// chain had a log member (it is one, heard of one below, or was told of
 	// one above), so a member with none from it down must not take its own
 	// vacuous durable point as durable; a chain of memory members by

@@ -54,7 +54,7 @@ func Travels(t chain.MsgType) bool {
 
 // durReport reports whether messages of type t carry a durable point, whose
 // NoLog, HadLog and Down (chain.Msg) travel as the Any, Weak and Query flags, unused on
-// those types (an update's HadLog as Weak too): a flag of its own would be an unknown bit to an older
+// those types (an update's and a FLUSH's HadLog as Weak too): a flag of its own would be an unknown bit to an older
 // receiver, which refuses the body, while these it ignores (an older
 // predecessor takes a NoLog report's LA as durable, as it did before; an
 // older successor drops a Down notice, which is not from its successor).
@@ -80,7 +80,7 @@ func AppendBody(b []byte, m *chain.Msg) []byte {
 	if durReport(m.Type) {
 		query, anyFlag = query || m.Down, anyFlag || m.NoLog
 	}
-	if durReport(m.Type) || m.Type == chain.MsgUpdate {
+	if durReport(m.Type) || m.Type == chain.MsgUpdate || m.Type == chain.MsgFlush {
 		weak = weak || m.HadLog
 	}
 	for i, set := range [...]bool{m.Done, m.Refused, query, anyFlag, m.Exhausted, weak, m.Lost, m.Snap != nil} {
@@ -169,7 +169,7 @@ func DecodeBody(typ uint8, body []byte, m *chain.Msg) error {
 		m.Down, m.NoLog, m.HadLog = m.Query, m.Any, m.Weak
 		m.Query, m.Any, m.Weak = false, false, false
 	}
-	if m.Type == chain.MsgUpdate {
+	if m.Type == chain.MsgUpdate || m.Type == chain.MsgFlush {
 		m.HadLog, m.Weak = m.Weak, false
 	}
 	snap := f&flagSnap != 0

@@ -29,8 +29,8 @@ func samples() []chain.Msg {
 		if t != chain.MsgUpdate {
 			m.Pos = 0 // an update's only
 		}
-		if t == chain.MsgUpdate {
-			m.Weak, m.HadLog = false, true // Weak carries an update's HadLog
+		if t == chain.MsgUpdate || t == chain.MsgFlush {
+			m.Weak, m.HadLog = false, true // Weak carries an update's and a FLUSH's HadLog
 		}
 		if durReport(t) {
 			// Query, Any and Weak carry Down, NoLog and HadLog on these
