@@ -57,9 +57,9 @@ type ScriptExec func(sub *Op) (Result, error)
 
 // ScriptRunner runs op's script, calling exec for each redis.call, and
 // returns its reply (RESP2) and whether the script raised an error (then
-// none of its writes land). It must be deterministic: a function of op and
-// of what exec returns.
-type ScriptRunner func(op *Op, exec ScriptExec) (reply []byte, raised bool)
+// none of its writes land). It must be deterministic: a function of op, of
+// rnd (the op's random source, NewOpRand) and of what exec returns.
+type ScriptRunner func(op *Op, rnd *OpRand, exec ScriptExec) (reply []byte, raised bool)
 
 var runScript ScriptRunner
 
@@ -429,7 +429,7 @@ func applyScript(get Getter, scan Scanner, list Lister, version uint64, op *Op, 
 	}
 	o := newOverlay(get, version, op, maxValue)
 	o.scan, o.list = scan, list
-	reply, raised := runScript(op, o.exec)
+	reply, raised := runScript(op, NewOpRand(version, op.Now), o.exec)
 	res := Result{Kind: ResReply, Bulk: reply, Version: o.readVer}
 	if raised {
 		return res, nil, nil

@@ -59,9 +59,10 @@ type Watch struct {
 // CommandRunner runs one command of a transaction, argv as the client sent
 // it, through exec (the transaction's overlay), and appends its reply (RESP2,
 // an error reply for a runtime error) to b. now is the op's clock (a SET EX
-// of the transaction expires relative to it). Deterministic: a function of
-// argv, now and what exec returns.
-type CommandRunner func(b []byte, argv [][]byte, now int64, exec ScriptExec) []byte
+// of the transaction expires relative to it), rnd its random source (its
+// RANDOMKEY and HRANDFIELD pick with it). Deterministic: a function of argv,
+// now, rnd and what exec returns.
+type CommandRunner func(b []byte, argv [][]byte, now int64, rnd *OpRand, exec ScriptExec) []byte
 
 var runCommand CommandRunner
 
@@ -489,8 +490,9 @@ func runExec(get Getter, scan Scanner, list Lister, rows func(start, end []byte)
 	ov := newOverlay(get, version, op, maxValue)
 	ov.scan, ov.list = scan, list
 	reply := append(strconv.AppendInt([]byte{'*'}, int64(len(cmds)), 10), '\r', '\n')
+	rnd := NewOpRand(version, op.Now)
 	for _, argv := range cmds {
-		reply = runCommand(reply, argv, op.Now, ov.exec)
+		reply = runCommand(reply, argv, op.Now, rnd, ov.exec)
 	}
 	res := Result{Kind: ResReply, Bulk: reply, Version: ov.readVer}
 	if len(ov.order) > 0 {

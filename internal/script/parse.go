@@ -193,6 +193,8 @@ func parse(spec *command.Spec, a [][]byte, now int64) (kv.Op, shape, error) {
 		return kv.Op{Kind: kv.KindCAS, Key: a[1], Expected: a[2], Value: a[3]}, asIs, nil
 	case "TOUCH":
 		return kv.Op{Kind: kv.KindExists, Keys: a[1:]}, asIs, nil
+	case "RANDOMKEY", "HRANDFIELD":
+		return kv.Op{}, composite, nil // picked with the op's random source (runComposite)
 	case "FLUSHDB", "FLUSHALL":
 		return kv.Op{}, asIs, notCallable(errFlushInside)
 	case "BITFIELD":

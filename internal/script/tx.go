@@ -19,12 +19,12 @@ func init() { kv.RegisterCommands(RunCommand) }
 // RunCommand runs one queued command of a transaction through exec (the
 // transaction's overlay) and appends its reply, RESP2, to b: the command's
 // error reply for a parse or runtime error (the other commands still run, as
-// in Redis). now is the transaction's clock.
-func RunCommand(b []byte, argv [][]byte, now int64, exec kv.ScriptExec) []byte {
+// in Redis). now is the transaction's clock, rnd its random source.
+func RunCommand(b []byte, argv [][]byte, now int64, rnd *kv.OpRand, exec kv.ScriptExec) []byte {
 	if r, ok := connReply(argv); ok {
 		return append(b, r...)
 	}
-	res, err := do(argv, now, exec)
+	res, err := do(argv, now, rnd, exec)
 	if err != nil {
 		return append(b, errorReply(txErrText(err))...)
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 	"testing"
@@ -41,10 +42,7 @@ func TestExecRangeReadsMatchRedis(t *testing.T) {
 	rc := startRedis(t)
 	g := startGroup(t)
 	l := g.leader(t)
-	targets := []struct {
-		name string
-		c    *client
-	}{{"single node", dial(t, startServer(t, nil))}, {"group leader", dial(t, g.nodes[l])}}
+	targets := []target{{"single node", dial(t, startServer(t, nil))}, {"group leader", dial(t, g.nodes[l])}}
 	script := []string{
 		"SET x0 pre", "SET e gone PX 50", "SLEEP",
 		// The issue's example, and more of each.
@@ -71,6 +69,20 @@ func TestExecRangeReadsMatchRedis(t *testing.T) {
 		// A transaction that deletes everything it can see.
 		"MULTI", "KEYS *", "DEL s s3 b m1 m2 f y h2 e", "KEYS *", "DBSIZE", "SCAN 0", "EXEC", "DBSIZE",
 	}
+	matchRedis(t, rc, targets, script)
+}
+
+type target struct {
+	name string
+	c    *client
+}
+
+// matchRedis sends each command of script to redis-server (rc) and to each
+// target and compares the replies (arrays of bulk strings sorted). SLEEP
+// sleeps 120 ms; EXEC! is an EXEC that must answer EXECABORT, and every other
+// EXEC must not.
+func matchRedis(t *testing.T, rc *client, targets []target, script []string) {
+	t.Helper()
 	for _, cmd := range script {
 		if cmd == "SLEEP" {
 			time.Sleep(120 * time.Millisecond)
@@ -101,9 +113,101 @@ func TestExecRangeReadsMatchRedis(t *testing.T) {
 	}
 }
 
+// RANDOMKEY and HRANDFIELD (every form) inside MULTI, as Redis answers them:
+// compared where the answer does not depend on the pick (an empty keyspace,
+// one key, a one-field hash, a count above the hash's size, errors), and a
+// pick checked to be a live key or field of the transaction's own state
+// (TestExecRandomPicksAreLive). Fails where MULTI refuses them.
+func TestExecRandomReadsMatchRedis(t *testing.T) {
+	rc := startRedis(t)
+	g := startGroup(t)
+	targets := []target{{"single node", dial(t, startServer(t, nil))}, {"group leader", dial(t, g.nodes[g.leader(t)])}}
+	matchRedis(t, rc, targets, []string{
+		"MULTI", "RANDOMKEY", "HRANDFIELD h", "HRANDFIELD h 3", "HRANDFIELD h -3 WITHVALUES", "EXEC",
+		"MULTI", "SET only 1", "RANDOMKEY", "HSET h a 1", "DEL only", "RANDOMKEY", "HRANDFIELD h", "HRANDFIELD h 5",
+		"HRANDFIELD h -3", "HRANDFIELD h -2 WITHVALUES", "HRANDFIELD h 5 WITHVALUES", "HRANDFIELD h 0",
+		"HRANDFIELD h 0 WITHVALUES", "HSET h b 2 c 3", "HRANDFIELD h 3", "HRANDFIELD h 10 WITHVALUES",
+		"HRANDFIELD h x", "HRANDFIELD h 1 BAD", "HRANDFIELD h 1 WITHVALUES BAD", "SET s v", "HRANDFIELD s",
+		"HRANDFIELD s 2", "DEL h s", "HRANDFIELD h", "RANDOMKEY", "EXEC",
+		// Reads only (KindExecRO) and a script.
+		"SET k 1", "MULTI", "RANDOMKEY", "HRANDFIELD k", "EXEC",
+		"EVAL return{redis.call('randomkey'),redis.call('hrandfield','nohash',2)} 0",
+		"EVAL redis.call('hset','h1','f','v');return(redis.call('hrandfield','h1',-2,'withvalues')) 0",
+	})
+}
+
+// RANDOMKEY and HRANDFIELD inside MULTI pick among the transaction's own
+// state: live keys and fields only, those it wrote included, those it
+// deleted (or that expired) never; and over many picks more than one key.
+func TestExecRandomPicksAreLive(t *testing.T) {
+	bothModels(t, func(t *testing.T) {
+		c := dial(t, startServer(t, nil))
+		live := map[string]bool{}
+		for i := range 40 {
+			k := fmt.Sprintf("k%02d", i)
+			c.send("SET", k, "v")
+			if _, err := c.rd.ReadValue(); err != nil {
+				t.Fatal(err)
+			}
+			live[k] = i%2 == 0 // the transaction deletes the odd ones
+		}
+		cmds := [][]string{{"MULTI"}, {"SET", "new", "1"}, {"HSET", "h", "a", "1", "b", "2", "c", "3"}, {"HDEL", "h", "b"}}
+		live["new"], live["h"] = true, true
+		for i := 1; i < 40; i += 2 {
+			cmds = append(cmds, []string{"DEL", fmt.Sprintf("k%02d", i)})
+		}
+		const picks = 50
+		for range picks {
+			cmds = append(cmds, []string{"RANDOMKEY"})
+		}
+		cmds = append(cmds, []string{"HRANDFIELD", "h", "-20", "WITHVALUES"}, []string{"HRANDFIELD", "h", "2"}, []string{"EXEC"})
+		var exec resp.Value
+		for _, cmd := range cmds {
+			c.send(cmd...)
+			v, err := c.rd.ReadValue()
+			if err != nil {
+				t.Fatal(err)
+			}
+			exec = v
+		}
+		if len(exec.Elems) != len(cmds)-2 {
+			t.Fatalf("EXEC answered %s", show(exec))
+		}
+		seen := map[string]bool{}
+		for _, v := range exec.Elems[len(exec.Elems)-2-picks : len(exec.Elems)-2] {
+			if !live[string(v.Str)] {
+				t.Errorf("RANDOMKEY answered %s, not a live key", show(v))
+			}
+			seen[string(v.Str)] = true
+		}
+		if len(seen) < 5 {
+			t.Errorf("%d picks of RANDOMKEY answered only %v", picks, seen)
+		}
+		fields := map[string]string{"a": "1", "c": "3"}
+		withValues := exec.Elems[len(exec.Elems)-2].Elems
+		if len(withValues) != 40 {
+			t.Fatalf("HRANDFIELD h -20 WITHVALUES answered %d elements", len(withValues))
+		}
+		seenF := map[string]bool{}
+		for i := 0; i < len(withValues); i += 2 {
+			f, v := string(withValues[i].Str), string(withValues[i+1].Str)
+			if fields[f] != v {
+				t.Errorf("HRANDFIELD answered field %q value %q", f, v)
+			}
+			seenF[f] = true
+		}
+		if len(seenF) != 2 {
+			t.Errorf("20 picks with repeats of 2 fields answered %v", seenF)
+		}
+		if two := sortedLeaves(exec.Elems[len(exec.Elems)-1]); two != `["a", "c"]` {
+			t.Errorf("HRANDFIELD h 2 of a hash of 2 fields answered %s", two)
+		}
+	})
+}
+
 // The range reads of a transaction see its own writes in key order (the
-// overlay merged into the store's), deletions hidden; FLUSHDB, FLUSHALL,
-// RANDOMKEY and HRANDFIELD are refused when queued, with their reasons.
+// overlay merged into the store's), deletions hidden; FLUSHDB and FLUSHALL
+// are refused when queued, with their reason.
 func TestExecRangeReadsSeeOwnWrites(t *testing.T) {
 	bothModels(t, func(t *testing.T) {
 		c := dial(t, startServer(t, nil))
@@ -127,12 +231,6 @@ func TestExecRangeReadsSeeOwnWrites(t *testing.T) {
 			MULTI => OK
 			FLUSHDB => ERR FLUSHDB and FLUSHALL can not be used inside MULTI*
 			EXEC => EXECABORT*
-			MULTI => OK
-			RANDOMKEY => ERR command 'randomkey' can not be used inside MULTI*
-			DISCARD => OK
-			MULTI => OK
-			HRANDFIELD h => ERR command 'hrandfield' can not be used inside MULTI*
-			DISCARD => OK
 			KEYS * => ["b", "e", "f", "g", "h"]
 			MULTI => OK
 			KEFIR.CAS b 1 2 => QUEUED
