@@ -464,6 +464,23 @@ func observedOrigin(seen []byte) (TxOrigin, bool) {
 	return o, d.Err == nil && len(d.B) == 0
 }
 
+// execRunsScripts reports whether the transaction tx (an EXEC's Value)
+// holds an EVAL or EVALSHA: a script may write keys it did not declare, so
+// such an EXEC writes the whole keyspace (Op.WritesAll), as an EVAL does. A
+// transaction that does not decode runs nothing.
+func execRunsScripts(tx []byte) bool {
+	cmds, _, err := DecodeTx(tx)
+	if err != nil {
+		return false
+	}
+	for _, argv := range cmds {
+		if len(argv) > 0 && (bytes.EqualFold(argv[0], []byte("EVAL")) || bytes.EqualFold(argv[0], []byte("EVALSHA"))) {
+			return true
+		}
+	}
+	return false
+}
+
 // readExec is Read's case for KindExecRO.
 func readExec(get Getter, scan Scanner, op *Op) (Result, error) {
 	o := *op

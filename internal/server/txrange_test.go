@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/sha1"
 	"fmt"
 	"sort"
 	"strings"
@@ -133,6 +134,36 @@ func TestExecRandomReadsMatchRedis(t *testing.T) {
 		"SET k 1", "MULTI", "RANDOMKEY", "HRANDFIELD k", "EXEC",
 		"EVAL return{redis.call('randomkey'),redis.call('hrandfield','nohash',2)} 0",
 		"EVAL redis.call('hset','h1','f','v');return(redis.call('hrandfield','h1',-2,'withvalues')) 0",
+	})
+}
+
+// EVAL and EVALSHA inside MULTI, as Redis answers them: the script reads the
+// transaction's earlier writes and the commands after it read the script's;
+// a script that raises keeps the writes it made before (Redis undoes none);
+// numkeys is checked at EXEC, EVALSHA's SHA looked up at EXEC (NOSCRIPT as
+// the command's element), and an arity error aborts the transaction. Fails
+// where MULTI refuses EVAL.
+func TestExecEvalMatchesRedis(t *testing.T) {
+	rc := startRedis(t)
+	g := startGroup(t)
+	targets := []target{{"single node", dial(t, startServer(t, nil))}, {"group leader", dial(t, g.nodes[g.leader(t)])}}
+	body := "return(redis.call('incrby',KEYS[1],ARGV[1]))"
+	sha := fmt.Sprintf("%x", sha1.Sum([]byte(body)))
+	matchRedis(t, rc, targets, []string{
+		"SET a 0",
+		"MULTI", "SET a 1", "EVAL redis.call('set','b',redis.call('get','a'));error('boom') 0", "SET c 3",
+		"EVAL return(redis.call('mget','a','b','c')) 0", "EVAL return{KEYS[1],ARGV[1],redis.call('incr',KEYS[1])} 1 a x",
+		"EVAL return(1) -1", "EVAL return(1) 2 a", "EVAL return(1) x", "EVALSHA " + sha + " 1 n 5",
+		"EVAL redis.call('incr','a');return(redis.call('hset','a','f','1')) 0", "GET a",
+		"EVAL redis.call('hset','h','f','v');return(redis.call('hgetall','h')) 0", "HGETALL h", "EXEC",
+		"MGET a b c", "HGETALL h",
+		"SCRIPT LOAD " + body,
+		"MULTI", "EVALSHA " + sha + " 1 n 5", "EVALSHA " + strings.ToUpper(sha) + " 1 n 5", "GET n", "EXEC",
+		"WATCH n", "MULTI", "EVAL return(redis.call('get','n')) 0", "EXEC",
+		"MULTI", "EVAL_RO return(redis.call('get','a')) 0", "EVAL_RO return(redis.call('set','a','9')) 0",
+		"EVALSHA_RO " + sha + " 1 n 5", "GET a", "EXEC",
+		"MULTI", "EVAL_RO return(redis.call('get','n')) 0", "EXEC",
+		"MULTI", "EVAL return(1)", "GET n", "EXEC!",
 	})
 }
 

@@ -72,7 +72,15 @@ func TestReplayOfAnExecWithRandomReads(t *testing.T) {
 for i = 1, 6 do redis.call('set', 'pick' .. i, redis.call('randomkey')) end
 for i, f in ipairs(redis.call('hrandfield', 'h', -4)) do redis.call('set', 'field' .. i, f) end
 return {redis.call('randomkey'), redis.call('hrandfield', 'h', 2, 'withvalues'), redis.call('hrandfield', 'h0')}`)}
-	for name, op := range map[string]kv.Op{"exec": exec, "eval": eval} {
+	// EVAL inside an EXEC: its commands run over the transaction's overlay,
+	// between the EXEC's other commands; one raises after writing (its
+	// writes stay, as in Redis).
+	inTx := [][][]byte{{[]byte("SET"), []byte("a"), []byte("1")},
+		{[]byte("EVAL"), eval.Value, []byte("0")},
+		{[]byte("EVAL"), []byte("redis.call('set', 'raised', redis.call('randomkey')); redis.call('hset', 'h3', 'f', 'v'); error('boom')"), []byte("0")},
+		{[]byte("KEYS"), []byte("*")}, {[]byte("HRANDFIELD"), []byte("h3"), []byte("-2"), []byte("WITHVALUES")}}
+	execEval := kv.Op{Kind: kv.KindExec, Value: kv.EncodeTx(nil, inTx, nil), Keys: keys, Delta: int64(len(keys)), Now: 1000}
+	for name, op := range map[string]kv.Op{"exec": exec, "eval": eval, "eval in exec": execEval} {
 		t.Run(name, func(t *testing.T) { replayRangeReads(t, op, "") })
 	}
 }
