@@ -433,7 +433,7 @@ func (op *Op) CheckSizes(maxKey, maxVal int) error {
 // too.
 func (op *Op) WritesAll() bool {
 	return op.Kind == KindFlush || op.Kind == KindEval || op.Kind == KindTxDecide || op.Kind == KindTxResolve ||
-		op.Kind == KindExec && execRunsScripts(op.Value)
+		op.Kind == KindExec && execWritesAll(op.Value)
 }
 
 // Lists reports whether op needs the caller's key Lister (ApplyWith): a

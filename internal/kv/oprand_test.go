@@ -13,18 +13,19 @@ func TestOpRandIsTheOps(t *testing.T) {
 		}
 		return out
 	}
-	if seq(7, 1000) != seq(7, 1000) {
+	first, again := seq(7, 1000), seq(7, 1000)
+	if first != again {
 		t.Fatal("one op, two sequences")
 	}
-	if seq(7, 1000) == seq(8, 1000) || seq(7, 1000) == seq(7, 1001) {
+	if first == seq(8, 1000) || first == seq(7, 1001) {
 		t.Fatal("two ops, one sequence")
 	}
 }
 
-// An EXEC that holds a script may write keys it does not name, so it counts
-// as writing the whole keyspace, as an EVAL does (vrshard's index of writes
+// An EXEC that holds a script or a flush may write keys it does not name, so
+// it counts as writing the whole keyspace, as an EVAL or a flush does (vrshard's index of writes
 // by key); one without a script writes only its keys.
-func TestExecWithAScriptWritesAll(t *testing.T) {
+func TestExecWithAScriptOrAFlushWritesAll(t *testing.T) {
 	tx := func(cmds ...[][]byte) *Op {
 		return &Op{Kind: KindExec, Value: EncodeTx(nil, cmds, nil)}
 	}
@@ -36,6 +37,8 @@ func TestExecWithAScriptWritesAll(t *testing.T) {
 		{tx(set), false},
 		{tx(set, [][]byte{[]byte("eval"), []byte("return 1"), []byte("0")}), true},
 		{tx([][]byte{[]byte("EVALSHA"), []byte("abc"), []byte("0")}), true},
+		{tx(set, [][]byte{[]byte("flushdb")}), true},
+		{tx([][]byte{[]byte("FLUSHALL"), []byte("ASYNC")}), true},
 		{&Op{Kind: KindExec, Value: []byte("not a transaction")}, false},
 	} {
 		if got := c.op.WritesAll(); got != c.want {

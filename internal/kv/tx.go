@@ -378,7 +378,9 @@ func applyExec(get Getter, list Lister, version uint64, op *Op, maxValue int, em
 	o := *op // a copy, so that the callers' ops do not escape
 	res, ov, err := runExec(get, nil, list, listRows(get, list), version, &o, maxValue)
 	if err == nil && ov != nil {
-		ov.emitAll(emit)
+		if err := ov.emitAll(emit); err != nil {
+			return Result{}, err
+		}
 	}
 	return res, err
 }
@@ -464,18 +466,24 @@ func observedOrigin(seen []byte) (TxOrigin, bool) {
 	return o, d.Err == nil && len(d.B) == 0
 }
 
-// execRunsScripts reports whether the transaction tx (an EXEC's Value)
-// holds an EVAL or EVALSHA: a script may write keys it did not declare, so
-// such an EXEC writes the whole keyspace (Op.WritesAll), as an EVAL does. A
-// transaction that does not decode runs nothing.
-func execRunsScripts(tx []byte) bool {
+// execWritesAll reports whether the transaction tx (an EXEC's Value) holds
+// an EVAL or EVALSHA (a script may write keys it did not declare) or a
+// FLUSHDB or FLUSHALL: such an EXEC writes the whole keyspace
+// (Op.WritesAll), as an EVAL or a flush does. A transaction that does not
+// decode runs nothing.
+func execWritesAll(tx []byte) bool {
 	cmds, _, err := DecodeTx(tx)
 	if err != nil {
 		return false
 	}
 	for _, argv := range cmds {
-		if len(argv) > 0 && (bytes.EqualFold(argv[0], []byte("EVAL")) || bytes.EqualFold(argv[0], []byte("EVALSHA"))) {
-			return true
+		if len(argv) == 0 {
+			continue
+		}
+		for _, name := range []string{"EVAL", "EVALSHA", "FLUSHDB", "FLUSHALL"} {
+			if bytes.EqualFold(argv[0], []byte(name)) {
+				return true
+			}
 		}
 	}
 	return false
@@ -512,7 +520,7 @@ func runExec(get Getter, scan Scanner, list Lister, rows func(start, end []byte)
 		reply = runCommand(reply, argv, op.Now, rnd, ov.exec)
 	}
 	res := Result{Kind: ResReply, Bulk: reply, Version: ov.readVer}
-	if len(ov.order) > 0 {
+	if len(ov.order) > 0 || ov.flushed {
 		res.Version = version
 	}
 	return res, ov, nil

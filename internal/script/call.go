@@ -116,6 +116,8 @@ func errText(err error) string {
 		return kv.ErrScriptUndeclaredKey.Error()
 	case errors.Is(err, kv.ErrScanOneGroup):
 		return kv.ErrScanOneGroup.Error()
+	case errors.Is(err, kv.ErrFlushOneGroup):
+		return kv.ErrFlushOneGroup.Error()
 	}
 	return "ERR " + err.Error()
 }

@@ -105,9 +105,6 @@ func Queueable(spec *command.Spec, argv [][]byte) error {
 	}
 	if _, _, err := parse(spec, argv, 0); err != nil {
 		var nc notCallable
-		if errors.As(err, &nc) && string(nc) == errFlushInside {
-			return command.ReplyError(errFlushInside)
-		}
 		if errors.As(err, &nc) {
 			return command.ReplyError("ERR command '" + strings.ToLower(spec.Name) + "' can not be used inside MULTI in Kefir (see docs/design/transactions.md)")
 		}

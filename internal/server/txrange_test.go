@@ -137,6 +137,29 @@ func TestExecRandomReadsMatchRedis(t *testing.T) {
 	})
 }
 
+// FLUSHDB and FLUSHALL inside MULTI and scripts, as Redis answers them: the
+// commands after the flush see an empty store plus their own writes, the
+// writes before it are gone, a watched key the flush deletes is not a
+// conflict of the flush's own transaction, FLUSHDB's option checked at EXEC.
+// Fails where MULTI refuses a flush.
+func TestExecFlushMatchesRedis(t *testing.T) {
+	rc := startRedis(t)
+	g := startGroup(t)
+	targets := []target{{"single node", dial(t, startServer(t, nil))}, {"group leader", dial(t, g.nodes[g.leader(t)])}}
+	matchRedis(t, rc, targets, []string{
+		"SET a 1", "HSET h f v", "SET keep 1",
+		"MULTI", "SET b 2", "GET a", "FLUSHDB", "GET a", "GET b", "KEYS *", "DBSIZE", "HGETALL h", "SCAN 0",
+		"SET c 3", "HSET h g w", "HGETALL h", "KEYS *", "RANDOMKEY", "EXISTS a b c keep", "EXEC",
+		"KEYS *", "DBSIZE", "HGETALL h", "GET a",
+		"MULTI", "FLUSHALL ASYNC", "EXEC", "DBSIZE",
+		"MULTI", "SET x 1", "FLUSHDB BAD", "GET x", "EXEC", "KEYS *",
+		"SET wk 1", "WATCH wk", "MULTI", "FLUSHDB", "SET after 1", "EXEC", "KEYS *",
+		"SET z 1", "MULTI", "SET w 1", "FLUSHDB", "SET v 1", "EVAL return(redis.call('keys','*')) 0", "EXEC", "KEYS *",
+		"EVAL redis.call('set','y','1');redis.call('flushdb');return(redis.call('dbsize')) 0", "KEYS *",
+		"MULTI", "FLUSHDB", "FLUSHALL", "EXEC", "DBSIZE",
+	})
+}
+
 // EVAL and EVALSHA inside MULTI, as Redis answers them: the script reads the
 // transaction's earlier writes and the commands after it read the script's;
 // a script that raises keeps the writes it made before (Redis undoes none);
@@ -237,8 +260,7 @@ func TestExecRandomPicksAreLive(t *testing.T) {
 }
 
 // The range reads of a transaction see its own writes in key order (the
-// overlay merged into the store's), deletions hidden; FLUSHDB and FLUSHALL
-// are refused when queued, with their reason.
+// overlay merged into the store's), deletions hidden.
 func TestExecRangeReadsSeeOwnWrites(t *testing.T) {
 	bothModels(t, func(t *testing.T) {
 		c := dial(t, startServer(t, nil))
@@ -259,9 +281,6 @@ func TestExecRangeReadsSeeOwnWrites(t *testing.T) {
 			RENAME a g => QUEUED
 			KEYS * => QUEUED
 			EXEC => [OK, (integer) 1, OK, ["a", "b", "e", "f", "h"], (integer) 2, (integer) 1, ["a", "1", "b", "2", "c", "3"], ["a", "b", "c"], ["0", ["a", "b", "e", "f", "h"]], (integer) 5, OK, ["b", "e", "f", "g", "h"]]
-			MULTI => OK
-			FLUSHDB => ERR FLUSHDB and FLUSHALL can not be used inside MULTI*
-			EXEC => EXECABORT*
 			KEYS * => ["b", "e", "f", "g", "h"]
 			MULTI => OK
 			KEFIR.CAS b 1 2 => QUEUED
