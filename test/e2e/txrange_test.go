@@ -14,25 +14,38 @@ import (
 // reads the transaction's own earlier writes; afterwards every replica holds
 // the same keys (each applied the one EXEC op alike).
 func TestRedisPyTransactionRangeReads(t *testing.T) {
-	g := startGroup(t)
-	l := g.settledLeader(-1)
-	f := (l + 1) % 3
+	g, _, _ := redisPyOnLeaderAndFollower(t, txRangePyScript)
+	everyReplicaAnswers(t, g, "rr:f:{0}|rr:h|rr:n|rr:y", "KEYS", "rr:*")
+}
+
+// redisPyOnLeaderAndFollower starts a 3-replica group and runs the redis-py
+// script with the leader's and a follower's ports; it returns the group, the
+// leader's and the follower's index.
+func redisPyOnLeaderAndFollower(t *testing.T, script string) (g *group, l, f int) {
+	g = startGroup(t)
+	l = g.settledLeader(-1)
+	f = (l + 1) % 3
 	host, lport, _ := net.SplitHostPort(g.nodes[l].ClientAddr)
 	_, fport, _ := net.SplitHostPort(g.nodes[f].ClientAddr)
-	runRedisPy(t, txRangePyScript, host, lport, fport)
+	runRedisPy(t, script, host, lport, fport)
+	return g, l, f
+}
 
-	want := "rr:f:{0}|rr:h|rr:n|rr:y"
+// everyReplicaAnswers checks that every node of g answers want (lines
+// joined by "|") to cmd at level eventual, waiting a little for followers.
+func everyReplicaAnswers(t *testing.T, g *group, want string, cmd ...string) {
 	for i := range g.nodes {
 		got := ""
 		for range 10 {
-			got = strings.ReplaceAll(strings.TrimSpace(redisCLI(t, g.nodes[i].ClientAddr, "KEFIR.CALL", "CONSISTENCY", "eventual", "CMD", "KEYS", "rr:*")), "\n", "|")
+			args := append([]string{"KEFIR.CALL", "CONSISTENCY", "eventual", "CMD"}, cmd...)
+			got = strings.ReplaceAll(strings.TrimSpace(redisCLI(t, g.nodes[i].ClientAddr, args...)), "\n", "|")
 			if got == want {
 				break
 			}
 			time.Sleep(200 * time.Millisecond) // a follower may lag
 		}
 		if got != want {
-			t.Errorf("node %d: KEYS rr:* = %q, want %q", i, got, want)
+			t.Errorf("node %d: %s = %q, want %q", i, strings.Join(cmd, " "), got, want)
 		}
 	}
 }
@@ -75,25 +88,8 @@ print("ok")
 // randomkey and hrandfield picking live keys and fields, flushdb (a test
 // fixture's reset); every replica ends with the same values.
 func TestRedisPyTransactionScriptsRandomAndFlush(t *testing.T) {
-	g := startGroup(t)
-	l := g.settledLeader(-1)
-	f := (l + 1) % 3
-	host, lport, _ := net.SplitHostPort(g.nodes[l].ClientAddr)
-	_, fport, _ := net.SplitHostPort(g.nodes[f].ClientAddr)
-	runRedisPy(t, txScriptPyScript, host, lport, fport)
-	for i := range g.nodes {
-		got := ""
-		for range 10 {
-			got = strings.ReplaceAll(strings.TrimSpace(redisCLI(t, g.nodes[i].ClientAddr, "KEFIR.CALL", "CONSISTENCY", "eventual", "CMD", "MGET", "rs:n", "rs:raised", "rs:c")), "\n", "|")
-			if got == "22|yes|1" {
-				break
-			}
-			time.Sleep(200 * time.Millisecond) // a follower may lag
-		}
-		if got != "22|yes|1" {
-			t.Errorf("node %d: MGET rs:n rs:raised rs:c = %q", i, got)
-		}
-	}
+	g, _, _ := redisPyOnLeaderAndFollower(t, txScriptPyScript)
+	everyReplicaAnswers(t, g, "22|yes|1", "MGET", "rs:n", "rs:raised", "rs:c")
 }
 
 const txScriptPyScript = `
