@@ -149,7 +149,7 @@ func TestExecFlushMatchesRedis(t *testing.T) {
 	matchRedis(t, rc, targets, []string{
 		"SET a 1", "HSET h f v", "SET keep 1",
 		"MULTI", "SET b 2", "GET a", "FLUSHDB", "GET a", "GET b", "KEYS *", "DBSIZE", "HGETALL h", "SCAN 0",
-		"SET c 3", "HSET h g w", "HGETALL h", "KEYS *", "RANDOMKEY", "EXISTS a b c keep", "EXEC",
+		"SET c 3", "RANDOMKEY", "HSET h g w", "HGETALL h", "KEYS *", "EXISTS a b c keep", "EXEC",
 		"KEYS *", "DBSIZE", "HGETALL h", "GET a",
 		"MULTI", "FLUSHALL ASYNC", "EXEC", "DBSIZE",
 		"MULTI", "SET x 1", "FLUSHDB BAD", "GET x", "EXEC", "KEYS *",
