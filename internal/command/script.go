@@ -41,3 +41,20 @@ func ScriptKeys(args [][]byte) [][]byte {
 	}
 	return args[3 : 3+n]
 }
+
+// ParseNumKeys reads a script command's numkeys, args[2], with Redis's
+// checks and errors: the front door's EVAL and an EVAL inside MULTI (run at
+// EXEC, as Redis checks it there).
+func ParseNumKeys(args [][]byte) (int64, error) {
+	n, err := ParseInt(args[2])
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 {
+		return 0, ReplyError("ERR Number of keys can't be negative")
+	}
+	if n > int64(len(args)-3) {
+		return 0, ReplyError("ERR Number of keys can't be greater than number of args")
+	}
+	return n, nil
+}

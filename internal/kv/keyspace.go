@@ -273,13 +273,27 @@ func applyGetDel(get Getter, version uint64, op *Op, emit Emit) (Result, error) 
 // flush mark (FlushMark). It answers OK whatever it found: the reply reveals
 // nothing of the state.
 func applyFlush(get Getter, list Lister, version uint64, emit Emit) (Result, error) {
+	if err := emitFlush(get, list, nil, emit); err != nil {
+		return Result{}, err
+	}
+	return Result{Kind: ResOK, Version: version}, nil
+}
+
+// emitFlush emits a flush's records: its mark (FlushMark) first, then a
+// tombstone for every key list names that a flush deletes and get finds,
+// but those keep names (nil: none; an EXEC's keys written after its flush,
+// whose own records follow: overlay.emitAll).
+func emitFlush(get Getter, list Lister, keep map[string]overlayRec, emit Emit) error {
 	if list == nil {
-		return Result{}, fmt.Errorf("%w: a flush needs the caller's key lister (ApplyWith)", ErrInvalidOp)
+		return fmt.Errorf("%w: a flush needs the caller's key lister (ApplyWith)", ErrInvalidOp)
 	}
 	put(emit, FlushMark, nil, nil)
 	var gerr error
 	err := list(nil, nil, func(k []byte) bool {
 		if !FlushDeletes(k) {
+			return true
+		}
+		if _, ok := keep[string(k)]; ok {
 			return true
 		}
 		// Every stored record goes, expired or not.
@@ -296,10 +310,7 @@ func applyFlush(get Getter, list Lister, version uint64, emit Emit) (Result, err
 	if err == nil {
 		err = gerr
 	}
-	if err != nil {
-		return Result{}, err
-	}
-	return Result{Kind: ResOK, Version: version}, nil
+	return err
 }
 
 // FlushPending reports which keys an interrupted flush still has to delete,

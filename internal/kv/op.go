@@ -432,7 +432,8 @@ func (op *Op) CheckSizes(maxKey, maxVal int) error {
 // prepare recorded (xgtx.go), which the op itself does not name: they count
 // too.
 func (op *Op) WritesAll() bool {
-	return op.Kind == KindFlush || op.Kind == KindEval || op.Kind == KindTxDecide || op.Kind == KindTxResolve
+	return op.Kind == KindFlush || op.Kind == KindEval || op.Kind == KindTxDecide || op.Kind == KindTxResolve ||
+		op.Kind == KindExec && execWritesAll(op.Value)
 }
 
 // Lists reports whether op needs the caller's key Lister (ApplyWith): a

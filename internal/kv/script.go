@@ -57,9 +57,9 @@ type ScriptExec func(sub *Op) (Result, error)
 
 // ScriptRunner runs op's script, calling exec for each redis.call, and
 // returns its reply (RESP2) and whether the script raised an error (then
-// none of its writes land). It must be deterministic: a function of op and
-// of what exec returns.
-type ScriptRunner func(op *Op, exec ScriptExec) (reply []byte, raised bool)
+// none of its writes land). It must be deterministic: a function of op, of
+// rnd (the op's random source, NewOpRand) and of what exec returns.
+type ScriptRunner func(op *Op, rnd *OpRand, exec ScriptExec) (reply []byte, raised bool)
 
 var runScript ScriptRunner
 
@@ -124,6 +124,9 @@ type overlay struct {
 	// change while it runs, so a page whose range one of them covers is
 	// served from it rather than by listing the rest of the range again.
 	listed [2]listing
+	// flushed: a FLUSHDB or FLUSHALL ran (flush): the state before the op
+	// reads as empty from then on, and emitAll emits the flush first.
+	flushed bool
 }
 
 // listing is a range [start, end) of the state's keys as a Lister named
@@ -152,6 +155,9 @@ func (o *overlay) view(key []byte) ([]byte, []byte, uint64, bool, error) {
 	if r, ok := o.writes[string(key)]; ok {
 		return r.data, r.meta, o.version, !r.tomb, nil
 	}
+	if o.flushed && FlushDeletes(key) {
+		return nil, nil, 0, false, nil
+	}
 	return o.get(key)
 }
 
@@ -162,6 +168,11 @@ func (o *overlay) view(key []byte) ([]byte, []byte, uint64, bool, error) {
 // range reads: listing the range would cost more.
 func (o *overlay) scanRange(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
 	base := o.scan
+	if o.flushed {
+		// Every key a command reads by range (user keys, a hash's rows) is
+		// one a flush deletes: the state before the op has none left.
+		base = func([]byte, []byte, int, func(key, data, meta []byte, version uint64) bool) error { return nil }
+	}
 	if base == nil {
 		if PointRange(start, end, limit) {
 			data, meta, ver, ok, err := o.view(start)
@@ -358,10 +369,43 @@ func (o *overlay) exec(sub *Op) (Result, error) {
 	if op.Kind == KindEvalRO || op.Kind == KindExecRO {
 		return Result{}, ErrScriptReadOnly
 	}
-	if sub.Kind == KindFlush || RunsCommands(sub.Kind) || sub.Kind == KindExpireIfDue {
+	if RunsCommands(sub.Kind) || sub.Kind == KindExpireIfDue {
 		return Result{}, fmt.Errorf("%w: %v in a script", ErrInvalidOp, sub.Kind)
 	}
+	if sub.Kind == KindFlush {
+		return o.flush()
+	}
 	return o.stage(sub)
+}
+
+// flush is FLUSHDB or FLUSHALL inside the op: the op's writes so far are
+// erased (none is emitted) and the state before the op reads as empty from
+// here on (view, scanRange), so the commands after it see an empty store
+// plus their own writes. Its records are emitAll's: the flush's mark first,
+// the tombstones of the state's keys, then the writes made after it — the
+// flush erases everything before it in the op, so nothing written before
+// it needs a record. They are one op's records: replay re-runs the op (a
+// replica) and a single node's engine keeps its batch whole or drops it, so
+// the transaction stays all or nothing (docs/design/transactions.md).
+func (o *overlay) flush() (Result, error) {
+	if o.list == nil {
+		return Result{}, fmt.Errorf("%w: a flush needs the caller's key lister (ApplyWith)", ErrInvalidOp)
+	}
+	for _, k := range o.order {
+		if FlushDeletes([]byte(k)) {
+			delete(o.writes, k)
+		}
+	}
+	o.order = slices.DeleteFunc(o.order, func(k string) bool { _, ok := o.writes[k]; return !ok })
+	o.flushed = true
+	// The generations of the hashes created after the flush count from 0
+	// again (newHashGen): those before it left no record, and a crash
+	// replay may count them otherwise — it reads a key whose flush
+	// tombstone survived as absent (vrshard.applier.current), so an HSET
+	// before the flush may create a hash the first run found. From here on
+	// both runs read nothing but their own writes, and number alike.
+	o.gens = hashGens{}
+	return Result{Kind: ResOK, Version: o.version}, nil
 }
 
 // stage evaluates the write sub at the overlay's version against the overlay
@@ -407,8 +451,13 @@ func (o *overlay) stage(sub *Op) (Result, error) {
 }
 
 // emitAll hands the overlay's records to emit, one per key, in first-write
-// order.
-func (o *overlay) emitAll(emit Emit) {
+// order; after a flush's (flush), if the op flushed.
+func (o *overlay) emitAll(emit Emit) error {
+	if o.flushed {
+		if err := emitFlush(o.get, o.list, o.writes, emit); err != nil {
+			return err
+		}
+	}
 	for _, k := range o.order {
 		r := o.writes[k]
 		if r.tomb {
@@ -417,6 +466,7 @@ func (o *overlay) emitAll(emit Emit) {
 			put(emit, []byte(k), r.data, r.meta)
 		}
 	}
+	return nil
 }
 
 // applyScript runs a script op (see the top of this file).
@@ -429,12 +479,12 @@ func applyScript(get Getter, scan Scanner, list Lister, version uint64, op *Op, 
 	}
 	o := newOverlay(get, version, op, maxValue)
 	o.scan, o.list = scan, list
-	reply, raised := runScript(op, o.exec)
+	reply, raised := runScript(op, NewOpRand(version, op.Now), o.exec)
 	res := Result{Kind: ResReply, Bulk: reply, Version: o.readVer}
 	if raised {
 		return res, nil, nil
 	}
-	if len(o.order) > 0 {
+	if len(o.order) > 0 || o.flushed {
 		res.Version = version
 	}
 	return res, o, nil
@@ -455,7 +505,7 @@ func declaredOnly(op, sub *Op) error {
 		}
 	}
 	if sub.Kind == KindFlush {
-		return ErrScriptUndeclaredKey
+		return ErrFlushOneGroup
 	}
 	if sub.Kind == KindScan {
 		return ErrScanOneGroup
@@ -467,6 +517,11 @@ func declaredOnly(op, sub *Op) error {
 // a DeclaredKeysOnly script or transaction: at a node of several groups the
 // op is one group's and would answer that group's keys as the keyspace.
 var ErrScanOneGroup = errors.New("ERR a script or transaction at a node of several groups cannot read the keyspace (SCAN, KEYS, DBSIZE, RANDOMKEY): it runs in one group, which holds only some of the keys")
+
+// ErrFlushOneGroup refuses FLUSHDB or FLUSHALL in a DeclaredKeysOnly script
+// or transaction: at a node of several groups the op is one group's and
+// would flush only that group's keys (a flush on its own flushes them all).
+var ErrFlushOneGroup = errors.New("ERR FLUSHDB and FLUSHALL inside a script or transaction at a node of several groups would flush one group's keys: send it on its own")
 
 // readScript is Read's case for KindEvalRO (it writes nothing). The
 // interpreter keeps the op it is handed, which would make every caller's op
@@ -486,7 +541,9 @@ func applyScriptOp(get Getter, list Lister, version uint64, op *Op, maxValue int
 		return Result{}, err
 	}
 	if ov != nil {
-		ov.emitAll(emit)
+		if err := ov.emitAll(emit); err != nil {
+			return Result{}, err
+		}
 	}
 	return res, nil
 }

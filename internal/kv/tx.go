@@ -59,9 +59,10 @@ type Watch struct {
 // CommandRunner runs one command of a transaction, argv as the client sent
 // it, through exec (the transaction's overlay), and appends its reply (RESP2,
 // an error reply for a runtime error) to b. now is the op's clock (a SET EX
-// of the transaction expires relative to it). Deterministic: a function of
-// argv, now and what exec returns.
-type CommandRunner func(b []byte, argv [][]byte, now int64, exec ScriptExec) []byte
+// of the transaction expires relative to it), rnd its random source (its
+// RANDOMKEY and HRANDFIELD pick with it). Deterministic: a function of argv,
+// now, rnd and what exec returns.
+type CommandRunner func(b []byte, argv [][]byte, now int64, rnd *OpRand, exec ScriptExec) []byte
 
 var runCommand CommandRunner
 
@@ -377,7 +378,9 @@ func applyExec(get Getter, list Lister, version uint64, op *Op, maxValue int, em
 	o := *op // a copy, so that the callers' ops do not escape
 	res, ov, err := runExec(get, nil, list, listRows(get, list), version, &o, maxValue)
 	if err == nil && ov != nil {
-		ov.emitAll(emit)
+		if err := ov.emitAll(emit); err != nil {
+			return Result{}, err
+		}
 	}
 	return res, err
 }
@@ -463,6 +466,29 @@ func observedOrigin(seen []byte) (TxOrigin, bool) {
 	return o, d.Err == nil && len(d.B) == 0
 }
 
+// execWritesAll reports whether the transaction tx (an EXEC's Value) holds
+// an EVAL or EVALSHA (a script may write keys it did not declare) or a
+// FLUSHDB or FLUSHALL: such an EXEC writes the whole keyspace
+// (Op.WritesAll), as an EVAL or a flush does. A transaction that does not
+// decode runs nothing.
+func execWritesAll(tx []byte) bool {
+	cmds, _, err := DecodeTx(tx)
+	if err != nil {
+		return false
+	}
+	for _, argv := range cmds {
+		if len(argv) == 0 {
+			continue
+		}
+		for _, name := range []string{"EVAL", "EVALSHA", "FLUSHDB", "FLUSHALL"} {
+			if bytes.EqualFold(argv[0], []byte(name)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // readExec is Read's case for KindExecRO.
 func readExec(get Getter, scan Scanner, op *Op) (Result, error) {
 	o := *op
@@ -489,11 +515,12 @@ func runExec(get Getter, scan Scanner, list Lister, rows func(start, end []byte)
 	ov := newOverlay(get, version, op, maxValue)
 	ov.scan, ov.list = scan, list
 	reply := append(strconv.AppendInt([]byte{'*'}, int64(len(cmds)), 10), '\r', '\n')
+	rnd := NewOpRand(version, op.Now)
 	for _, argv := range cmds {
-		reply = runCommand(reply, argv, op.Now, ov.exec)
+		reply = runCommand(reply, argv, op.Now, rnd, ov.exec)
 	}
 	res := Result{Kind: ResReply, Bulk: reply, Version: ov.readVer}
-	if len(ov.order) > 0 {
+	if len(ov.order) > 0 || ov.flushed {
 		res.Version = version
 	}
 	return res, ov, nil

@@ -424,8 +424,9 @@ func txLockGate(get Getter, op *Op) (Result, error, bool) {
 		written = len(txWrittenKeys(op))
 	case op.Kind == KindEval && op.Cond == DeclaredKeysOnly:
 		keys, _ = op.RoutingKeys()
-	case op.WritesAll():
-		// A flush, or a script that may write any key: refused while
+	case op.WritesAll() && op.Cond != DeclaredKeysOnly:
+		// A flush, or a script (or an EXEC holding one) that may write
+		// any key: refused while
 		// anything is locked.
 		return Result{}, fmt.Errorf("%w: %v while %d transactions are prepared", ErrTxLocked, op.Kind, n), true
 	default:

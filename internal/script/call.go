@@ -31,7 +31,7 @@ func (r *run) call(L *lua.LState, raise bool) int {
 			return r.fail(L, raise, "ERR Lua redis lib command arguments must be strings or integers")
 		}
 	}
-	res, err := do(argv, r.op.Now, r.exec)
+	res, err := do(argv, r.op.Now, r.rnd, r.exec)
 	if err != nil {
 		return r.fail(L, raise, errText(err))
 	}
@@ -40,15 +40,16 @@ func (r *run) call(L *lua.LState, raise bool) int {
 }
 
 // do runs the command argv through exec (a script's or a transaction's
-// overlay) at the op's clock now: its result as its reply, or its error
-// (a command.ReplyError for a refusal before it ran).
-func do(argv [][]byte, now int64, exec kv.ScriptExec) (kv.Result, error) {
+// overlay) at the op's clock now, picking with the op's random source rnd:
+// its result as its reply, or its error (a command.ReplyError for a refusal
+// before it ran).
+func do(argv [][]byte, now int64, rnd *kv.OpRand, exec kv.ScriptExec) (kv.Result, error) {
 	op, shape, msg := prepare(argv, now)
 	if msg != "" {
 		return kv.Result{}, command.ReplyError(msg)
 	}
 	if shape == composite {
-		return runComposite(argv, func(op kv.Op) (kv.Result, error) { return exec(&op) })
+		return runComposite(argv, rnd, func(op kv.Op) (kv.Result, error) { return exec(&op) })
 	}
 	res, err := exec(&op)
 	if err != nil {
@@ -115,6 +116,8 @@ func errText(err error) string {
 		return kv.ErrScriptUndeclaredKey.Error()
 	case errors.Is(err, kv.ErrScanOneGroup):
 		return kv.ErrScanOneGroup.Error()
+	case errors.Is(err, kv.ErrFlushOneGroup):
+		return kv.ErrFlushOneGroup.Error()
 	}
 	return "ERR " + err.Error()
 }

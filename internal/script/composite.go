@@ -46,19 +46,21 @@ var composites = map[string]func(a [][]byte, run command.Run) (kv.Result, error)
 // written runs a command whose reply the front door's RESP writer writes
 // (command.Reply): into a RESP2 buffer, the op's reply.
 func written(f func([][]byte, command.Run) (command.Reply, error)) func([][]byte, command.Run) (kv.Result, error) {
-	return func(a [][]byte, run command.Run) (kv.Result, error) {
-		r, err := f(a, run)
-		if err != nil {
-			return kv.Result{}, err
-		}
-		var buf bytes.Buffer
-		w := resp.NewWriter(&buf, 0)
-		r(w)
-		if err := w.Flush(); err != nil {
-			return kv.Result{}, err
-		}
-		return kv.Result{Kind: kv.ResReply, Bulk: buf.Bytes()}, nil
+	return func(a [][]byte, run command.Run) (kv.Result, error) { return toResult(f(a, run)) }
+}
+
+// toResult writes r into a RESP2 buffer: the op's reply.
+func toResult(r command.Reply, err error) (kv.Result, error) {
+	if err != nil {
+		return kv.Result{}, err
 	}
+	var buf bytes.Buffer
+	w := resp.NewWriter(&buf, 0)
+	r(w)
+	if err := w.Flush(); err != nil {
+		return kv.Result{}, err
+	}
+	return kv.Result{Kind: kv.ResReply, Bulk: buf.Bytes()}, nil
 }
 
 func getRange(a [][]byte, run command.Run) (kv.Result, error) {
@@ -128,8 +130,15 @@ func rest(start []byte, page func(start []byte) (elems [][]byte, last []byte, er
 	}
 }
 
-// runComposite runs the composite command argv (parse said composite).
-func runComposite(argv [][]byte, run command.Run) (kv.Result, error) {
+// runComposite runs the composite command argv (parse said composite);
+// RANDOMKEY and HRANDFIELD pick with rnd, the op's random source.
+func runComposite(argv [][]byte, rnd *kv.OpRand, run command.Run) (kv.Result, error) {
 	spec, _ := command.Lookup(argv[0])
+	switch spec.Name {
+	case "RANDOMKEY":
+		return toResult(command.RandomKey(run, rnd.IntN))
+	case "HRANDFIELD":
+		return toResult(command.HRandField(argv, run, rnd.IntN))
+	}
 	return composites[spec.Name](argv, run)
 }

@@ -193,8 +193,8 @@ func parse(spec *command.Spec, a [][]byte, now int64) (kv.Op, shape, error) {
 		return kv.Op{Kind: kv.KindCAS, Key: a[1], Expected: a[2], Value: a[3]}, asIs, nil
 	case "TOUCH":
 		return kv.Op{Kind: kv.KindExists, Keys: a[1:]}, asIs, nil
-	case "FLUSHDB", "FLUSHALL":
-		return kv.Op{}, asIs, notCallable(errFlushInside)
+	case "RANDOMKEY", "HRANDFIELD":
+		return kv.Op{}, composite, nil // picked with the op's random source (runComposite)
 	case "BITFIELD":
 		// Always a write, as at the front door and in Redis (one of GETs
 		// only writes nothing; EVAL_RO refuses it, as Redis does).
@@ -214,18 +214,10 @@ func parse(spec *command.Spec, a [][]byte, now int64) (kv.Op, shape, error) {
 		return kv.Op{}, composite, nil
 	}
 	if op, ok, err := command.ParseKeyspaceWrite(spec.Name, a); ok {
-		return op, asIs, err // RENAME, RENAMENX, COPY, SETRANGE, MSETNX, SETBIT
+		return op, asIs, err // RENAME, RENAMENX, COPY, SETRANGE, MSETNX, SETBIT, FLUSHDB, FLUSHALL
 	}
 	return kv.Op{}, asIs, notCallable("ERR command '" + spec.Name + "' is not supported in Kefir scripts (see docs/design/scripting.md)")
 }
-
-// errFlushInside refuses FLUSHDB and FLUSHALL in a script or a transaction
-// (Redis allows them). A flush is an op of its own: its reserved mark must
-// be the first record of its batch, so that a single node finishes a flush a
-// crash cut short (kv.FlushMark), and the overlay emits records in the order
-// of first writes; and it would tombstone every key into the overlay, the
-// whole keyspace in one op's memory.
-const errFlushInside = "ERR FLUSHDB and FLUSHALL can not be used inside MULTI or a script in Kefir: a flush is an op of its own (see docs/design/transactions.md)"
 
 // notCallable is parse's error for a command scripts and transactions cannot
 // run; its text is the reply (errText). Its own type, so that a transaction

@@ -122,7 +122,7 @@ func Compile(body []byte) (*lua.FunctionProto, error) {
 // Run runs op's script (kv.ScriptRunner): KEYS are op.Keys[:op.Delta], ARGV
 // the rest. It returns the script's reply in RESP2 and whether the script
 // raised an error (the reply is then that error).
-func Run(op *kv.Op, exec kv.ScriptExec) (reply []byte, raised bool) {
+func Run(op *kv.Op, rnd *kv.OpRand, exec kv.ScriptExec) (reply []byte, raised bool) {
 	proto, err := Compile(op.Value)
 	if err != nil {
 		return errorReply("ERR " + err.Error()), true
@@ -131,7 +131,7 @@ func Run(op *kv.Op, exec kv.ScriptExec) (reply []byte, raised bool) {
 	if in == nil {
 		in = newInterp()
 	}
-	reply, raised, clean := in.run(proto, op, exec)
+	reply, raised, clean := in.run(proto, op, rnd, exec)
 	if clean {
 		interps.Put(in)
 	} else {
@@ -143,8 +143,8 @@ func Run(op *kv.Op, exec kv.ScriptExec) (reply []byte, raised bool) {
 // run runs a compiled script in the interpreter and restores it; clean
 // false: it cannot be reused (the script raised an error, which leaves
 // whatever it cut short behind, or restore refused it).
-func (in *interp) run(proto *lua.FunctionProto, op *kv.Op, exec kv.ScriptExec) (reply []byte, raised, clean bool) {
-	r := &run{L: in.L, op: op, exec: exec, sha: SHA(op.Value), rng: seed}
+func (in *interp) run(proto *lua.FunctionProto, op *kv.Op, rnd *kv.OpRand, exec kv.ScriptExec) (reply []byte, raised, clean bool) {
+	r := &run{L: in.L, op: op, rnd: rnd, exec: exec, sha: SHA(op.Value), rng: seed}
 	if mutation.On && mut.processRandom {
 		r.rng = clockSeed()
 	}
@@ -180,7 +180,9 @@ type run struct {
 	op   *kv.Op
 	exec kv.ScriptExec
 	sha  string
-	rng  uint64
+	rng  uint64 // math.random's state
+	// rnd is the op's random source: RANDOMKEY's and HRANDFIELD's picks.
+	rnd *kv.OpRand
 	// callErr is the last error redis.call raised (with its line), so that
 	// the script's final error reply names it as Redis does.
 	callErr  string

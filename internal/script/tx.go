@@ -19,12 +19,15 @@ func init() { kv.RegisterCommands(RunCommand) }
 // RunCommand runs one queued command of a transaction through exec (the
 // transaction's overlay) and appends its reply, RESP2, to b: the command's
 // error reply for a parse or runtime error (the other commands still run, as
-// in Redis). now is the transaction's clock.
-func RunCommand(b []byte, argv [][]byte, now int64, exec kv.ScriptExec) []byte {
+// in Redis). now is the transaction's clock, rnd its random source.
+func RunCommand(b []byte, argv [][]byte, now int64, rnd *kv.OpRand, exec kv.ScriptExec) []byte {
 	if r, ok := connReply(argv); ok {
 		return append(b, r...)
 	}
-	res, err := do(argv, now, exec)
+	if spec, ok := command.Lookup(argv[0]); ok && isEval(spec) {
+		return append(b, evalInTx(spec, argv, now, rnd, exec)...)
+	}
+	res, err := do(argv, now, rnd, exec)
 	if err != nil {
 		return append(b, errorReply(txErrText(err))...)
 	}
@@ -41,12 +44,59 @@ func txErrText(err error) string {
 	return errText(err)
 }
 
+// evalInTx runs EVAL body numkeys key... arg... inside a transaction: the
+// script's commands run over the transaction's overlay (exec), as the
+// transaction's own do, so it reads the transaction's earlier writes and the
+// commands after it read its writes. A script that raises keeps the writes
+// it made before it raised, as Redis's EVAL inside EXEC does (Redis never
+// undoes a script's writes); an EVAL outside MULTI is its own op and lands
+// none of them (docs/design/scripting.md). The transaction itself stays all
+// or nothing: its records land together or not at all. EVALSHA reaches here
+// only with a SHA the proposing node did not know (the front door turns a
+// known one into EVAL with its body, so no replica needs a script cache):
+// NOSCRIPT, as Redis answers at EXEC.
+func evalInTx(spec *command.Spec, argv [][]byte, now int64, rnd *kv.OpRand, exec kv.ScriptExec) []byte {
+	if strings.HasPrefix(spec.Name, "EVALSHA") {
+		return errorReply("NOSCRIPT No matching script. Please use EVAL.")
+	}
+	n, err := command.ParseNumKeys(argv)
+	if err != nil {
+		return errorReply(txErrText(err))
+	}
+	op := kv.Op{Kind: kv.KindEval, Value: argv[1], Keys: argv[3:], Delta: n, Now: now}
+	if spec.Name == "EVAL_RO" {
+		// Its writes are refused, as EVAL_RO's outside (the overlay's op
+		// is the transaction's, which may write).
+		write := exec
+		exec = func(sub *kv.Op) (kv.Result, error) {
+			if sub.Kind.IsUpdate() {
+				return kv.Result{}, kv.ErrScriptReadOnly
+			}
+			return write(sub)
+		}
+	}
+	reply, _ := Run(&op, rnd, exec)
+	return reply
+}
+
+// isEval reports whether spec is EVAL, EVALSHA, EVAL_RO or EVALSHA_RO.
+func isEval(spec *command.Spec) bool {
+	switch spec.Name {
+	case "EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO":
+		return true
+	}
+	return false
+}
+
 // Queueable reports why argv (a known command of the right arity) cannot be
 // queued in a transaction, or nil: the commands a script cannot call cannot
 // be in a transaction either (EVAL, blocking and admin commands, range reads).
 func Queueable(spec *command.Spec, argv [][]byte) error {
 	if _, ok := connReply(argv); ok {
 		return nil
+	}
+	if isEval(spec) {
+		return nil // evalInTx
 	}
 	if spec.Name == "OBJECT" {
 		if _, err := command.ObjectSubcommand(argv); err != nil {
@@ -55,9 +105,6 @@ func Queueable(spec *command.Spec, argv [][]byte) error {
 	}
 	if _, _, err := parse(spec, argv, 0); err != nil {
 		var nc notCallable
-		if errors.As(err, &nc) && string(nc) == errFlushInside {
-			return command.ReplyError(errFlushInside)
-		}
 		if errors.As(err, &nc) {
 			return command.ReplyError("ERR command '" + strings.ToLower(spec.Name) + "' can not be used inside MULTI in Kefir (see docs/design/transactions.md)")
 		}

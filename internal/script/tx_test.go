@@ -221,7 +221,7 @@ func TestQueueable(t *testing.T) {
 	for _, c := range []struct {
 		cmd string
 		ok  bool
-	}{{"SET k v", true}, {"SET k v BADOPT", true}, {"HGET h f", true}, {"PING", true}, {"UNWATCH", true}, {"ECHO x", true}, {"EVAL x 0", false}, {"KEYS *", true}, {"SCAN 0", true}, {"HGETALL h", true}, {"RENAME a b", true}, {"RANDOMKEY", false}, {"HRANDFIELD h", false}, {"FLUSHDB", false}, {"FLUSHALL", false}} {
+	}{{"SET k v", true}, {"SET k v BADOPT", true}, {"HGET h f", true}, {"PING", true}, {"UNWATCH", true}, {"ECHO x", true}, {"EVAL x 0", true}, {"EVALSHA_RO x 0", true}, {"SCRIPT LOAD x", false}, {"KEYS *", true}, {"SCAN 0", true}, {"HGETALL h", true}, {"RENAME a b", true}, {"RANDOMKEY", true}, {"HRANDFIELD h", true}, {"HRANDFIELD h 1 WITHVALUES", true}, {"FLUSHDB", true}, {"FLUSHALL ASYNC", true}} {
 		argv := cmds(c.cmd)[0]
 		spec, ok := command.Lookup(argv[0])
 		if !ok {

@@ -121,7 +121,7 @@ func evalHash(spec *command.Spec, args [][]byte, run func(kv.Op) (kv.Result, err
 		reply, err := hscan(args, run)
 		return reply, true, err
 	case "HRANDFIELD":
-		reply, err := hrandfield(args, run)
+		reply, err := replyOf(command.HRandField(args, run, rand.IntN))
 		return reply, true, err
 	}
 	return nil, false, nil
@@ -185,73 +185,3 @@ const hscanPage = 128
 
 // hscanCursors are HSCAN's cursors: fields, fingerprinted as SCAN's keys.
 var hscanCursors = &cursorTable{cur: map[uint64][]byte{}, old: map[uint64][]byte{}}
-
-// hrandfield is HRANDFIELD key [count [WITHVALUES]], with Redis's rules: no
-// count, one field (nil for a missing key); a positive count, that many
-// distinct fields at most; a negative one, that many with repeats.
-func hrandfield(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn), error) {
-	var count int64
-	withCount, withValues := len(args) >= 3, false
-	if withCount {
-		n, err := parseInt64(args[2])
-		if err != nil {
-			return nil, err
-		}
-		count = n
-		switch {
-		case len(args) == 4 && eq(args[3], "WITHVALUES"):
-			withValues = true
-		case len(args) > 3:
-			return nil, errSyntax
-		}
-		if count < -(1<<40) || count > 1<<40 {
-			return nil, errf("ERR value is out of range")
-		}
-	}
-	res, err := run(kv.Op{Kind: kv.KindHGetAll, Key: args[1]})
-	if err != nil {
-		return nil, err
-	}
-	a := res.Array
-	n := len(a) / 2
-	if !withCount {
-		if n == 0 {
-			return func(c *conn) { _ = c.w.WriteNull() }, nil
-		}
-		f := a[2*rand.IntN(n)]
-		return func(c *conn) { _ = c.w.WriteBulk(f) }, nil
-	}
-	var picks []int
-	switch {
-	case n == 0 || count == 0:
-	case count > 0:
-		picks = rand.Perm(n)[:min(int(count), n)]
-	default:
-		picks = make([]int, -count)
-		for i := range picks {
-			picks[i] = rand.IntN(n)
-		}
-	}
-	return func(c *conn) {
-		if withValues && c.w.Protocol() == 3 {
-			_ = c.w.WriteArrayHeader(len(picks))
-			for _, p := range picks {
-				_ = c.w.WriteArrayHeader(2)
-				_ = c.w.WriteBulk(a[2*p])
-				_ = c.w.WriteBulk(a[2*p+1])
-			}
-			return
-		}
-		if withValues {
-			_ = c.w.WriteArrayHeader(2 * len(picks))
-		} else {
-			_ = c.w.WriteArrayHeader(len(picks))
-		}
-		for _, p := range picks {
-			_ = c.w.WriteBulk(a[2*p])
-			if withValues {
-				_ = c.w.WriteBulk(a[2*p+1])
-			}
-		}
-	}, nil
-}

@@ -156,7 +156,7 @@ func (c *conn) evalMore(spec *command.Spec, args [][]byte, run func(kv.Op) (kv.R
 			}
 		}, nil
 	case "RANDOMKEY":
-		return randomKey(run)
+		return replyOf(command.RandomKey(run, rand.IntN))
 	case "TYPE":
 		t, err := command.KeyType(args[1], run)
 		if err != nil {
@@ -221,7 +221,7 @@ func intOrErr(n int64, err error) (func(*conn), error) {
 	return intReply(n), nil
 }
 
-// ---- SCAN, KEYS, RANDOMKEY ----
+// ---- SCAN, KEYS ----
 
 // scanCommand is SCAN cursor [MATCH p] [COUNT n] [TYPE t] (command.Scan).
 // The engine is ordered, so a cursor stands for the key to resume from:
@@ -256,55 +256,6 @@ func scanCommand(args [][]byte, run func(kv.Op) (kv.Result, error)) (func(*conn)
 		}
 	}, nil
 }
-
-// randomKey is RANDOMKEY: one of the (up to) randomWindow keys at or after
-// a random point of the key space, wrapping to the first keys, picked
-// uniformly. The engine orders keys and has no rank, so a point alone
-// picks the key after the widest gaps: keys that share a prefix ("k1" ..
-// "k30") sit in one narrow gap of the printable range, and every point
-// outside it landed on the first one. The window spreads the pick over
-// the keys there: a key space of up to randomWindow keys is sampled
-// uniformly; a larger one still favours keys after wide gaps (Redis's is
-// not exactly uniform either). The front door picks the point and the
-// key, so the state machine stays deterministic.
-func randomKey(run func(kv.Op) (kv.Result, error)) (func(*conn), error) {
-	// Printable bytes: keys mostly are, and a point above them all would
-	// wrap to the first keys every time.
-	var from [8]byte
-	for i := range from {
-		from[i] = byte(' ' + rand.IntN('~'-' '+1))
-	}
-	var keys [][]byte
-	res, err := run(kv.Op{Kind: kv.KindScan, Key: from[:], Limit: randomWindow})
-	if err != nil {
-		return nil, err
-	}
-	for i := 0; i < len(res.Array); i += 2 {
-		keys = append(keys, res.Array[i])
-	}
-	if len(keys) < randomWindow {
-		// Wrapped: the first keys, before the point, fill the window.
-		end := from[:]
-		if len(keys) == 0 {
-			end = nil
-		}
-		res, err := run(kv.Op{Kind: kv.KindScan, End: end, Limit: randomWindow - len(keys)})
-		if err != nil {
-			return nil, err
-		}
-		for i := 0; i < len(res.Array); i += 2 {
-			keys = append(keys, res.Array[i])
-		}
-	}
-	if len(keys) == 0 {
-		return func(c *conn) { _ = c.w.WriteNull() }, nil
-	}
-	k := keys[rand.IntN(len(keys))]
-	return func(c *conn) { _ = c.w.WriteBulk(k) }, nil
-}
-
-// randomWindow is how many keys RANDOMKEY picks among.
-const randomWindow = 64
 
 func rangeEnded(res kv.Result, limit int) bool { return command.RangeEnded(res, limit) }
 

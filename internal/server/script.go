@@ -94,15 +94,9 @@ func (c *conn) parseScript(spec *command.Spec, args [][]byte, a *arena) (kv.Op, 
 		}
 		body = b
 	}
-	n, err := parseInt64(args[2])
+	n, err := command.ParseNumKeys(args)
 	if err != nil {
 		return kv.Op{}, err
-	}
-	if n < 0 {
-		return kv.Op{}, errf("ERR Number of keys can't be negative")
-	}
-	if n > int64(len(args)-3) {
-		return kv.Op{}, errf("ERR Number of keys can't be greater than number of args")
 	}
 	if spec.Name == "EVAL" || spec.Name == "EVAL_RO" {
 		if _, err := script.Compile(body); err != nil {

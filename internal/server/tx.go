@@ -66,13 +66,55 @@ func (c *conn) queueTx(spec *command.Spec, args [][]byte) error {
 		}
 	}
 	c.tx.cmds = append(c.tx.cmds, argv)
-	c.tx.writes = c.tx.writes || spec.IsUpdate()
-	forSpecKeys(spec, argv, func(k []byte) bool { // cluster.go
+	// A script reads keys it does not declare: even EVAL_RO runs in an
+	// EXEC that is a write, applied over the whole keyspace's state, not a
+	// read of the transaction's keys.
+	c.tx.writes = c.tx.writes || spec.IsUpdate() || isScript(spec)
+	txCmdKeys(spec, argv, func(k []byte) bool {
 		c.tx.keys = append(c.tx.keys, k)
 		return true
 	})
 	c.flushWrites()
 	return c.w.WriteSimple("QUEUED")
+}
+
+// txCmdKeys calls f with each key a queued command names (forSpecKeys,
+// cluster.go), until f answers false; a script's are its declared keys.
+func txCmdKeys(spec *command.Spec, argv [][]byte, f func(key []byte) bool) {
+	if !isScript(spec) {
+		forSpecKeys(spec, argv, f)
+		return
+	}
+	for _, k := range command.ScriptKeys(argv) {
+		if !f(k) {
+			return
+		}
+	}
+}
+
+// resolveScripts turns the transaction's EVALSHA (EVALSHA_RO) of a script
+// this node knows into EVAL (EVAL_RO) with its body, as a follower forwards an EVALSHA
+// (forwardedScript): the log carries bodies, so no replica needs this
+// node's cache. It looks the SHA up at EXEC, as Redis does; an unknown one
+// stays EVALSHA, which answers NOSCRIPT as the command's element. An EVAL's
+// body that compiles is cached, as EVAL outside MULTI caches it.
+func (c *conn) resolveScripts() {
+	for i, argv := range c.tx.cmds {
+		switch {
+		case command.Eq(argv[0], "EVALSHA"), command.Eq(argv[0], "EVALSHA_RO"):
+			if body, ok := c.srv.scripts.get(argv[1]); ok {
+				name := "EVAL"
+				if command.Eq(argv[0], "EVALSHA_RO") {
+					name = "EVAL_RO"
+				}
+				c.tx.cmds[i] = append([][]byte{[]byte(name), body}, argv[2:]...)
+			}
+		case command.Eq(argv[0], "EVAL"), command.Eq(argv[0], "EVAL_RO"):
+			if _, err := script.Compile(argv[1]); err == nil {
+				c.srv.scripts.put(argv[1], false)
+			}
+		}
+	}
 }
 
 // resetTx ends the transaction and forgets the watches.
@@ -89,6 +131,7 @@ func (c *conn) execArgs() ([][]byte, error) {
 	if c.tx.dirty {
 		return nil, errExecAbort
 	}
+	c.resolveScripts()
 	ws := c.tx.watches
 	if mutation.On && mut.execSkipsWatches.Load() {
 		ws = nil // the deliberate bug: EXEC never compares its watches
@@ -131,7 +174,7 @@ func parseExec(args [][]byte, a *arena) (kv.Op, error) {
 	missing := false
 	for _, argv := range cmds {
 		if spec, ok := command.Lookup(argv[0]); ok {
-			forSpecKeys(spec, argv, func(k []byte) bool {
+			txCmdKeys(spec, argv, func(k []byte) bool {
 				missing = missing || !named[string(k)]
 				return !missing
 			})

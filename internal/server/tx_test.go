@@ -53,7 +53,7 @@ func TestMultiExec(t *testing.T) {
 			SET counter => ERR wrong number of arguments for 'set' command
 			EXEC => EXECABORT*
 			MULTI => OK
-			EVAL x 0 => ERR command 'eval' can not be used inside MULTI*
+			SCRIPT LOAD x => ERR command 'script' can not be used inside MULTI*
 			EXEC => EXECABORT*
 			MULTI => OK
 			INCR counter => QUEUED

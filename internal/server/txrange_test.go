@@ -1,6 +1,8 @@
 package server
 
 import (
+	"crypto/sha1"
+	"fmt"
 	"sort"
 	"strings"
 	"testing"
@@ -41,10 +43,7 @@ func TestExecRangeReadsMatchRedis(t *testing.T) {
 	rc := startRedis(t)
 	g := startGroup(t)
 	l := g.leader(t)
-	targets := []struct {
-		name string
-		c    *client
-	}{{"single node", dial(t, startServer(t, nil))}, {"group leader", dial(t, g.nodes[l])}}
+	targets := []target{{"single node", dial(t, startServer(t, nil))}, {"group leader", dial(t, g.nodes[l])}}
 	script := []string{
 		"SET x0 pre", "SET e gone PX 50", "SLEEP",
 		// The issue's example, and more of each.
@@ -71,6 +70,20 @@ func TestExecRangeReadsMatchRedis(t *testing.T) {
 		// A transaction that deletes everything it can see.
 		"MULTI", "KEYS *", "DEL s s3 b m1 m2 f y h2 e", "KEYS *", "DBSIZE", "SCAN 0", "EXEC", "DBSIZE",
 	}
+	matchRedis(t, rc, targets, script)
+}
+
+type target struct {
+	name string
+	c    *client
+}
+
+// matchRedis sends each command of script to redis-server (rc) and to each
+// target and compares the replies (arrays of bulk strings sorted). SLEEP
+// sleeps 120 ms; EXEC! is an EXEC that must answer EXECABORT, and every other
+// EXEC must not.
+func matchRedis(t *testing.T, rc *client, targets []target, script []string) {
+	t.Helper()
 	for _, cmd := range script {
 		if cmd == "SLEEP" {
 			time.Sleep(120 * time.Millisecond)
@@ -101,9 +114,153 @@ func TestExecRangeReadsMatchRedis(t *testing.T) {
 	}
 }
 
+// RANDOMKEY and HRANDFIELD (every form) inside MULTI, as Redis answers them:
+// compared where the answer does not depend on the pick (an empty keyspace,
+// one key, a one-field hash, a count above the hash's size, errors), and a
+// pick checked to be a live key or field of the transaction's own state
+// (TestExecRandomPicksAreLive). Fails where MULTI refuses them.
+func TestExecRandomReadsMatchRedis(t *testing.T) {
+	rc := startRedis(t)
+	g := startGroup(t)
+	targets := []target{{"single node", dial(t, startServer(t, nil))}, {"group leader", dial(t, g.nodes[g.leader(t)])}}
+	matchRedis(t, rc, targets, []string{
+		"MULTI", "RANDOMKEY", "HRANDFIELD h", "HRANDFIELD h 3", "HRANDFIELD h -3 WITHVALUES", "EXEC",
+		"MULTI", "SET only 1", "RANDOMKEY", "HSET h a 1", "DEL only", "RANDOMKEY", "HRANDFIELD h", "HRANDFIELD h 5",
+		"HRANDFIELD h -3", "HRANDFIELD h -2 WITHVALUES", "HRANDFIELD h 5 WITHVALUES", "HRANDFIELD h 0",
+		"HRANDFIELD h 0 WITHVALUES", "HSET h b 2 c 3", "HRANDFIELD h 3", "HRANDFIELD h 10 WITHVALUES",
+		"HRANDFIELD h x", "HRANDFIELD h 1 BAD", "HRANDFIELD h 1 WITHVALUES BAD", "SET s v", "HRANDFIELD s",
+		"HRANDFIELD s 2", "DEL h s", "HRANDFIELD h", "RANDOMKEY", "EXEC",
+		// Reads only (KindExecRO) and a script.
+		"SET k 1", "MULTI", "RANDOMKEY", "HRANDFIELD k", "EXEC",
+		"EVAL return{redis.call('randomkey'),redis.call('hrandfield','nohash',2)} 0",
+		"EVAL redis.call('hset','h1','f','v');return(redis.call('hrandfield','h1',-2,'withvalues')) 0",
+	})
+}
+
+// FLUSHDB and FLUSHALL inside MULTI and scripts, as Redis answers them: the
+// commands after the flush see an empty store plus their own writes, the
+// writes before it are gone, a watched key the flush deletes is not a
+// conflict of the flush's own transaction, FLUSHDB's option checked at EXEC.
+// Fails where MULTI refuses a flush.
+func TestExecFlushMatchesRedis(t *testing.T) {
+	rc := startRedis(t)
+	g := startGroup(t)
+	targets := []target{{"single node", dial(t, startServer(t, nil))}, {"group leader", dial(t, g.nodes[g.leader(t)])}}
+	matchRedis(t, rc, targets, []string{
+		"SET a 1", "HSET h f v", "SET keep 1",
+		"MULTI", "SET b 2", "GET a", "FLUSHDB", "GET a", "GET b", "KEYS *", "DBSIZE", "HGETALL h", "SCAN 0",
+		"SET c 3", "RANDOMKEY", "HSET h g w", "HGETALL h", "KEYS *", "EXISTS a b c keep", "EXEC",
+		"KEYS *", "DBSIZE", "HGETALL h", "GET a",
+		"MULTI", "FLUSHALL ASYNC", "EXEC", "DBSIZE",
+		"MULTI", "SET x 1", "FLUSHDB BAD", "GET x", "EXEC", "KEYS *",
+		"SET wk 1", "WATCH wk", "MULTI", "FLUSHDB", "SET after 1", "EXEC", "KEYS *",
+		"SET z 1", "MULTI", "SET w 1", "FLUSHDB", "SET v 1", "EVAL return(redis.call('keys','*')) 0", "EXEC", "KEYS *",
+		"EVAL redis.call('set','y','1');redis.call('flushdb');return(redis.call('dbsize')) 0", "KEYS *",
+		"MULTI", "FLUSHDB", "FLUSHALL", "EXEC", "DBSIZE",
+	})
+}
+
+// EVAL and EVALSHA inside MULTI, as Redis answers them: the script reads the
+// transaction's earlier writes and the commands after it read the script's;
+// a script that raises keeps the writes it made before (Redis undoes none);
+// numkeys is checked at EXEC, EVALSHA's SHA looked up at EXEC (NOSCRIPT as
+// the command's element), and an arity error aborts the transaction. Fails
+// where MULTI refuses EVAL.
+func TestExecEvalMatchesRedis(t *testing.T) {
+	rc := startRedis(t)
+	g := startGroup(t)
+	targets := []target{{"single node", dial(t, startServer(t, nil))}, {"group leader", dial(t, g.nodes[g.leader(t)])}}
+	body := "return(redis.call('incrby',KEYS[1],ARGV[1]))"
+	sha := fmt.Sprintf("%x", sha1.Sum([]byte(body)))
+	matchRedis(t, rc, targets, []string{
+		"SET a 0",
+		"MULTI", "SET a 1", "EVAL redis.call('set','b',redis.call('get','a'));error('boom') 0", "SET c 3",
+		"EVAL return(redis.call('mget','a','b','c')) 0", "EVAL return{KEYS[1],ARGV[1],redis.call('incr',KEYS[1])} 1 a x",
+		"EVAL return(1) -1", "EVAL return(1) 2 a", "EVAL return(1) x", "EVALSHA " + sha + " 1 n 5",
+		"EVAL redis.call('incr','a');return(redis.call('hset','a','f','1')) 0", "GET a",
+		"EVAL redis.call('hset','h','f','v');return(redis.call('hgetall','h')) 0", "HGETALL h", "EXEC",
+		"MGET a b c", "HGETALL h",
+		"SCRIPT LOAD " + body,
+		"MULTI", "EVALSHA " + sha + " 1 n 5", "EVALSHA " + strings.ToUpper(sha) + " 1 n 5", "GET n", "EXEC",
+		"WATCH n", "MULTI", "EVAL return(redis.call('get','n')) 0", "EXEC",
+		"MULTI", "EVAL_RO return(redis.call('get','a')) 0", "EVAL_RO return(redis.call('set','a','9')) 0",
+		"EVALSHA_RO " + sha + " 1 n 5", "GET a", "EXEC",
+		"MULTI", "EVAL_RO return(redis.call('get','n')) 0", "EXEC",
+		"MULTI", "EVAL return(1)", "GET n", "EXEC!",
+	})
+}
+
+// RANDOMKEY and HRANDFIELD inside MULTI pick among the transaction's own
+// state: live keys and fields only, those it wrote included, those it
+// deleted (or that expired) never; and over many picks more than one key.
+func TestExecRandomPicksAreLive(t *testing.T) {
+	bothModels(t, func(t *testing.T) {
+		c := dial(t, startServer(t, nil))
+		live := map[string]bool{}
+		for i := range 40 {
+			k := fmt.Sprintf("k%02d", i)
+			c.send("SET", k, "v")
+			if _, err := c.rd.ReadValue(); err != nil {
+				t.Fatal(err)
+			}
+			live[k] = i%2 == 0 // the transaction deletes the odd ones
+		}
+		cmds := [][]string{{"MULTI"}, {"SET", "new", "1"}, {"HSET", "h", "a", "1", "b", "2", "c", "3"}, {"HDEL", "h", "b"}}
+		live["new"], live["h"] = true, true
+		for i := 1; i < 40; i += 2 {
+			cmds = append(cmds, []string{"DEL", fmt.Sprintf("k%02d", i)})
+		}
+		const picks = 50
+		for range picks {
+			cmds = append(cmds, []string{"RANDOMKEY"})
+		}
+		cmds = append(cmds, []string{"HRANDFIELD", "h", "-20", "WITHVALUES"}, []string{"HRANDFIELD", "h", "2"}, []string{"EXEC"})
+		var exec resp.Value
+		for _, cmd := range cmds {
+			c.send(cmd...)
+			v, err := c.rd.ReadValue()
+			if err != nil {
+				t.Fatal(err)
+			}
+			exec = v
+		}
+		if len(exec.Elems) != len(cmds)-2 {
+			t.Fatalf("EXEC answered %s", show(exec))
+		}
+		seen := map[string]bool{}
+		for _, v := range exec.Elems[len(exec.Elems)-2-picks : len(exec.Elems)-2] {
+			if !live[string(v.Str)] {
+				t.Errorf("RANDOMKEY answered %s, not a live key", show(v))
+			}
+			seen[string(v.Str)] = true
+		}
+		if len(seen) < 5 {
+			t.Errorf("%d picks of RANDOMKEY answered only %v", picks, seen)
+		}
+		fields := map[string]string{"a": "1", "c": "3"}
+		withValues := exec.Elems[len(exec.Elems)-2].Elems
+		if len(withValues) != 40 {
+			t.Fatalf("HRANDFIELD h -20 WITHVALUES answered %d elements", len(withValues))
+		}
+		seenF := map[string]bool{}
+		for i := 0; i < len(withValues); i += 2 {
+			f, v := string(withValues[i].Str), string(withValues[i+1].Str)
+			if fields[f] != v {
+				t.Errorf("HRANDFIELD answered field %q value %q", f, v)
+			}
+			seenF[f] = true
+		}
+		if len(seenF) != 2 {
+			t.Errorf("20 picks with repeats of 2 fields answered %v", seenF)
+		}
+		if two := sortedLeaves(exec.Elems[len(exec.Elems)-1]); two != `["a", "c"]` {
+			t.Errorf("HRANDFIELD h 2 of a hash of 2 fields answered %s", two)
+		}
+	})
+}
+
 // The range reads of a transaction see its own writes in key order (the
-// overlay merged into the store's), deletions hidden; FLUSHDB, FLUSHALL,
-// RANDOMKEY and HRANDFIELD are refused when queued, with their reasons.
+// overlay merged into the store's), deletions hidden.
 func TestExecRangeReadsSeeOwnWrites(t *testing.T) {
 	bothModels(t, func(t *testing.T) {
 		c := dial(t, startServer(t, nil))
@@ -124,15 +281,6 @@ func TestExecRangeReadsSeeOwnWrites(t *testing.T) {
 			RENAME a g => QUEUED
 			KEYS * => QUEUED
 			EXEC => [OK, (integer) 1, OK, ["a", "b", "e", "f", "h"], (integer) 2, (integer) 1, ["a", "1", "b", "2", "c", "3"], ["a", "b", "c"], ["0", ["a", "b", "e", "f", "h"]], (integer) 5, OK, ["b", "e", "f", "g", "h"]]
-			MULTI => OK
-			FLUSHDB => ERR FLUSHDB and FLUSHALL can not be used inside MULTI*
-			EXEC => EXECABORT*
-			MULTI => OK
-			RANDOMKEY => ERR command 'randomkey' can not be used inside MULTI*
-			DISCARD => OK
-			MULTI => OK
-			HRANDFIELD h => ERR command 'hrandfield' can not be used inside MULTI*
-			DISCARD => OK
 			KEYS * => ["b", "e", "f", "g", "h"]
 			MULTI => OK
 			KEFIR.CAS b 1 2 => QUEUED

@@ -70,7 +70,21 @@ func TestFlushDeletesEveryUserKey(t *testing.T) {
 // wrote (no batch marks: its mark is the batch's first record). The flush is
 // small enough that some seeds keep all of it. A hash's field rows, reserved
 // keys, go too.
-func TestFlushIsAllOrNothingAcrossACrash(t *testing.T) {
+func TestFlushIsAllOrNothingAcrossACrash(t *testing.T) { tornFlushes(t, flushOp, "") }
+
+// An EXEC holding FLUSHDB and a write after it (MULTI, FLUSHDB, SET after 1,
+// EXEC) is as all-or-nothing: its batch is the flush's mark, its tombstones
+// and the write, so a crash keeps the flush and the write together or
+// neither (the flush without the write would be half a transaction).
+func TestExecWithAFlushIsAllOrNothingAcrossACrash(t *testing.T) {
+	tx := kv.EncodeTx(nil, [][][]byte{{[]byte("FLUSHDB")}, {[]byte("SET"), []byte("after"), []byte("1")}}, nil)
+	tornFlushes(t, kv.Op{Kind: kv.KindExec, Value: tx, Keys: [][]byte{[]byte("after")}, Delta: 1}, "after")
+}
+
+// tornFlushes tears the write flush (a flush, or an EXEC holding one that
+// also writes the key after, unless "") at 40 random points and checks that
+// each crash kept all of it or none.
+func tornFlushes(t *testing.T, flush kv.Op, after string) {
 	const keys, hashFields = 40, 10
 	outcomes := map[string]int{}
 	for seed := int64(1); seed <= 40; seed++ {
@@ -95,7 +109,7 @@ func TestFlushIsAllOrNothingAcrossACrash(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Async: nothing syncs the flush, so the crash tears it.
-		if _, err := s.Write(ctx, flushOp, level.Async, ReqID{}); err != nil {
+		if _, err := s.Write(ctx, flush, level.Async, ReqID{}); err != nil {
 			t.Fatal(err)
 		}
 		// The engine writes its buffer to the file at the next append:
@@ -115,6 +129,15 @@ func TestFlushIsAllOrNothingAcrossACrash(t *testing.T) {
 			}
 			if r.Kind == kv.ResBulk {
 				present++
+			}
+		}
+		if after != "" {
+			r, err := s.Read(ctx, kv.Op{Kind: kv.KindGet, Key: []byte(after)}, level.ConsLinearizable, Session{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (r.Kind == kv.ResBulk) != (present == 0) {
+				t.Errorf("seed %d: %d of %d keys survived the EXEC's flush, and its write after it: %v", seed, present, keys, r.Kind == kv.ResBulk)
 			}
 		}
 		rows := 0

@@ -66,12 +66,7 @@ print("ok")
 // through a follower (which resolves EVALSHA in its own script cache and
 // forwards EVAL with the body to the leader); then read-only scripts.
 func TestRedisPyLockReplicated(t *testing.T) {
-	g := startGroup(t)
-	l := g.settledLeader(-1)
-	f := (l + 1) % 3
-	host, lport, _ := net.SplitHostPort(g.nodes[l].ClientAddr)
-	_, fport, _ := net.SplitHostPort(g.nodes[f].ClientAddr)
-	runRedisPy(t, lockScript, host, lport, fport)
+	g, l, f := redisPyOnLeaderAndFollower(t, lockScript)
 
 	// Read-only scripts are reads: through the follower at the default
 	// (linearizable) level they are forwarded, EVALSHA_RO as EVAL_RO with
@@ -102,6 +97,8 @@ func TestRedisPyLockReplicated(t *testing.T) {
 		}
 	}
 	// Every replica applied the scripts alike: the locks are gone at each.
+	_, lport, _ := net.SplitHostPort(g.nodes[l].ClientAddr)
+	_, fport, _ := net.SplitHostPort(g.nodes[f].ClientAddr)
 	for i := range g.nodes {
 		for _, p := range []string{lport, fport} {
 			if got := redisCLI(t, g.nodes[i].ClientAddr, "KEFIR.CALL", "CONSISTENCY", "eventual", "CMD", "EXISTS", "py:lock:"+p); got != "0" {

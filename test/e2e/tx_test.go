@@ -183,7 +183,13 @@ func TestGroupsTransactions(t *testing.T) {
 			{"SET " + tag + "k 1", 1, "QUEUED"},
 			{"KEYS *", 1, "QUEUED"},
 			{"HGETALL " + tag + "h", 1, "QUEUED"},
-			{"EXEC", 3, "OK|ERR a script or transaction at a node of several groups cannot read the keyspace (SCAN, KEYS, DBSIZE, RANDOMKEY): it runs in one group, which holds only some of the keys|"},
+			{"EXEC", 4, "OK|ERR a script or transaction at a node of several groups cannot read the keyspace (SCAN, KEYS, DBSIZE, RANDOMKEY): it runs in one group, which holds only some of the keys||"},
+			// So would a flush flush one group's keys: refused; a script on
+			// the transaction's keys runs.
+			{"MULTI", 1, "OK"},
+			{"FLUSHDB", 1, "QUEUED"},
+			{"EVAL \"return redis.call('get', KEYS[1])\" 1 " + tag + "k", 1, "QUEUED"},
+			{"EXEC", 3, "ERR FLUSHDB and FLUSHALL inside a script or transaction at a node of several groups would flush one group's keys: send it on its own||1"},
 		} {
 			if got := s.do(c.line, c.lines); got != c.want {
 				t.Fatalf("node %d: redis-cli %s: %q, want %q", i, c.line, got, c.want)
