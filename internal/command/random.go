@@ -59,6 +59,14 @@ func RandomKey(run Run, intN IntN) (Reply, error) {
 // RandomWindow is how many keys RANDOMKEY picks among.
 const RandomWindow = 64
 
+// MaxRandReply bounds the bytes of HRANDFIELD's reply with a negative
+// count (repeats), Redis's proto-max-bulk-len; a variable for tests.
+var MaxRandReply = 512 << 20
+
+// randReplyOverhead is a pick's cost besides its bytes: its RESP header
+// and its index in the picks.
+const randReplyOverhead = 16
+
 // HRandField is HRANDFIELD key [count [WITHVALUES]], with Redis's rules: no
 // count, one field (nil for a missing key); a positive count, that many
 // distinct fields at most; a negative one, that many with repeats. With
@@ -112,9 +120,22 @@ func HRandField(args [][]byte, run Run, intN IntN) (Reply, error) {
 		}
 		picks = picks[:k]
 	default:
-		picks = make([]int, -count)
-		for i := range picks {
-			picks[i] = intN(n)
+		// Repeats: the reply grows with the count, not with the hash, so
+		// it is bounded (as Redis bounds LCS's transient memory): inside
+		// a script or a transaction it is built on every replica at apply,
+		// and a count of -2^40 over a one-field hash would exhaust them all,
+		// and again at every replay of the op.
+		size := 0
+		for range -count {
+			p := intN(n)
+			size += randReplyOverhead + len(a[2*p])
+			if withValues {
+				size += randReplyOverhead + len(a[2*p+1])
+			}
+			if size > MaxRandReply {
+				return nil, ReplyError("ERR HRANDFIELD's reply would exceed proto-max-bulk-len: ask for fewer fields")
+			}
+			picks = append(picks, p)
 		}
 	}
 	return func(w *resp.Writer) {
