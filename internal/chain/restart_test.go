@@ -675,3 +675,69 @@ func TestRestartNeverFromAPagedMember(t *testing.T) {
 		t.Fatalf("2 back whole (empty): members %v, want the chain restarted from 2", h.master.Members())
 	}
 }
+
+// TestRestartRefusedByANewProcess: the member a whole-chain restart chose
+// crashed after it reported and came back empty (a memory member, review35d's
+// SU D-M-D seed 479) before the RESTART reached it. The order carries what
+// it reported; the new process holds another history and refuses, and the
+// master, down again, restarts from the longest history left once the
+// refuser reports what it holds now. Taking the order (restartUnchecked,
+// the code before) the empty process carries the chain on from nothing:
+// the 6 acknowledged updates are gone.
+func TestRestartRefusedByANewProcess(t *testing.T) {
+	run := func(unchecked bool) (*harness, NodeID) {
+		ids := []NodeID{1, 2, 3}
+		h := newHarness(ids, 3, 2, 0)
+		h.setup(SU, func(NodeID) Store { return Log })
+		putter(h)(6)
+		hist := map[NodeID][]Entry{}
+		for _, id := range ids {
+			hist[id] = h.members[id].History()
+			h.crash(id, true)
+		}
+		restart := func(id NodeID, log []Entry) bool {
+			c := h.config(id)
+			c.Log = log
+			m := NewMember(c, newKV())
+			m.mut.restartUnchecked = unchecked
+			h.members[id], h.all[id] = m, m
+			s := m.Status()
+			return h.master.Restarted(id, s.LU, s.Base+s.Log, false)
+		}
+		restart(1, hist[1][:4])
+		restart(2, hist[2][:5])
+		if !restart(3, hist[3]) || h.master.Members()[0] != 3 {
+			t.Fatalf("members %v: want the chain restarted from 3, the longest", h.master.Members())
+		}
+		// 3 crashes before the RESTART reaches it and comes back empty.
+		h.crash(3, false)
+		restart(3, nil)
+		h.collect()
+		h.stabilize()
+		if h.master.Down() {
+			// Refused: 3 reports what it holds now, and the chain restarts
+			// from 2's 5 entries.
+			if !restart(3, nil) {
+				t.Fatal("the chain did not restart again once the refuser reported")
+			}
+			h.collect()
+			h.stabilize()
+		}
+		ms := h.master.Members()
+		if len(ms) != 1 {
+			t.Fatalf("members %v: want a chain of one", ms)
+		}
+		return h, ms[0]
+	}
+	h, got := run(false)
+	if s := h.members[got].Status(); got != 2 || s.State != Active || s.Base+s.Log != 5 {
+		t.Fatalf("restarted from %d (%v, %d entries): want 2, active with its 5 entries", got, s.State, s.Base+s.Log)
+	}
+	if !mutation.On {
+		return
+	}
+	h, got = run(true)
+	if s := h.members[got].Status(); got != 3 || s.State != Active || s.Base+s.Log != 0 {
+		t.Fatalf("restartUnchecked: restarted from %d (%v, %d entries): want the empty 3 (the bug)", got, s.State, s.Base+s.Log)
+	}
+}
