@@ -185,14 +185,14 @@ type Master struct {
 	// under way), the candidates if it goes down. seqBits: the members'
 	// Config.SeqBits, to number a restarted chain's epoch above its
 	// history's.
-	down    *down
-	recent  map[NodeID]bool
+	down   *down
+	recent map[NodeID]bool
 	// restarting: the down state a RESTART under way was chosen from,
 	// whose report of the chosen member the order carries; if the member
 	// refuses it (it no longer holds what it reported: a new process),
 	// the chain goes down again with the other reports (MsgRestartDone).
 	restarting *down
-	seqBits uint
+	seqBits    uint
 	// nodes: every node that may have been a member (SetNodes), whom a
 	// whole-chain restart waits for as well.
 	nodes []NodeID

@@ -741,3 +741,59 @@ func TestRestartRefusedByANewProcess(t *testing.T) {
 		t.Fatalf("restartUnchecked: restarted from %d (%v, %d entries): want the empty 3 (the bug)", got, s.State, s.Base+s.Log)
 	}
 }
+
+// TestPrecopyReplacesADivergedHistory: a joiner whose history holds updates
+// the chain never committed — an old head's, logged and never passed on,
+// taken as its committed prefix (the host simulation's AUSI D-D-M seed 548:
+// a member alone acknowledged updates a restarted master never learnt of) —
+// asks its source for the updates after its last, which the source does
+// not hold. Continuing after it, or "done" with nothing more, would join it
+// with a history that is not the chain's; the source answers with a
+// snapshot, which replaces the joiner's history.
+func TestPrecopyReplacesADivergedHistory(t *testing.T) {
+	ids := []NodeID{1, 2, 3}
+	h := newHarness(ids, 3, 2, 0)
+	h.setup(SU, func(NodeID) Store { return Log })
+	put := putter(h)
+	put(4)
+	for id := uint64(101); id <= 103; id++ {
+		h.master.Put(id, fmt.Appendf(nil, "k%d=old%d", id%5, id))
+		h.master.Forget(id)
+	}
+	h.collect()
+	for _, l := range []link{{masterID, 1}, {1, 1}} {
+		for len(h.queues[l]) > 0 {
+			h.deliver(l)
+		}
+	}
+	oldHead := slices.Clone(h.members[1].History())
+	if len(oldHead) != 7 {
+		t.Fatalf("the old head holds %d entries, want 7", len(oldHead))
+	}
+	h.crash(1, true)
+	h.stabilize()
+	put(1) // the repaired chain's, numbered in a newer epoch
+	c := h.config(1)
+	c.Log = oldHead
+	m := NewMember(c, newKV())
+	h.members[1], h.all[1] = m, m
+	if err := h.master.Join(1, 2); err != nil {
+		t.Fatal(err)
+	}
+	h.collect()
+	h.stabilize()
+	put(2)
+	if h.err != nil {
+		t.Fatal(h.err)
+	}
+	if ms := h.master.Members(); len(ms) != 3 {
+		t.Fatalf("members %v: want the old head joined", ms)
+	}
+	want := h.members[2].History()
+	got := m.History()
+	if s := m.Status(); s.Base+s.Log != len(want) || got[len(got)-1].Seq != want[len(want)-1].Seq || string(m.sm.Read([]byte("k1"))) != string(h.members[2].sm.Read([]byte("k1"))) {
+		t.Fatalf("the joiner holds %d entries ending %s, k1 = %q; the chain %d ending %s, k1 = %q",
+			s.Base+s.Log, FormatSeq(got[len(got)-1].Seq), m.sm.Read([]byte("k1")),
+			len(want), FormatSeq(want[len(want)-1].Seq), h.members[2].sm.Read([]byte("k1")))
+	}
+}
