@@ -73,6 +73,9 @@ type down struct {
 	// configuration's among them.
 	cands   map[NodeID]bool
 	reports map[NodeID]restartReport
+	// forgone: the forgone nodes whose limit the restart under way set
+	// (Master.forgone), back to none if its member refuses it.
+	forgone []NodeID
 }
 
 // restartReport is what a restarted member holds: the number of its last
@@ -1012,6 +1015,7 @@ func (m *Master) maybeRestart() bool {
 	for n, l := range m.forgone {
 		if l < 0 {
 			m.forgone[n] = d.reports[best].length
+			d.forgone = append(d.forgone, n)
 		}
 	}
 	m.epoch = epoch + 1
@@ -1051,6 +1055,12 @@ func (m *Master) restartRefused(n NodeID) {
 	}
 	m.restarting = nil
 	delete(d.reports, n)
+	for _, f := range d.forgone {
+		if _, ok := m.forgone[f]; ok {
+			m.forgone[f] = -1 // the limit is the history the chain restarts from, not chosen yet
+		}
+	}
+	d.forgone = nil
 	m.head, m.tail = 0, 0
 	clear(m.awaiting)
 	m.down = d
