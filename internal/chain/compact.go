@@ -222,8 +222,9 @@ func (m *Member) sendSnap(joiner NodeID, n int, data, from []byte) {
 		s.From, s.Versions = from, nil // the first page carried them
 	}
 	es, done := m.after(s.Seq, m.cfg.PrecopyChunk)
+	asked := m.pins[joiner].seq // LU: the request it answers (install)
 	m.pin(joiner, s.Seq)
-	m.send(joiner, Msg{Type: MsgPrecopyChunk, Snap: s, Entries: es, Done: done, LA: uint64(m.total())})
+	m.send(joiner, Msg{Type: MsgPrecopyChunk, Snap: s, Entries: es, Done: done, LA: uint64(m.total()), LU: asked})
 }
 
 // snapAt is the snapshot of the history's first n entries (n at least the
@@ -246,16 +247,33 @@ func (m *Member) snapAt(n int, data []byte) *Snap {
 }
 
 // install makes a joiner's history the snapshot's (a pre-copy chunk from a
-// tail that compacted past what it held).
-func (m *Member) install(s *Snap) {
+// tail that compacted past what it held, or that does not hold its last
+// update). current: the snapshot answers the joiner's request after its LU
+// as it is now (the chunk's LU), not an earlier one repeated.
+func (m *Member) install(s *Snap, current bool) {
 	unknown := m.base.n > 0 && m.base.seq == 0 && len(m.log) == 0
-	if s.N <= m.total() && !unknown {
+	// A source sends a snapshot for a request after a number it does not
+	// hold (MsgPrecopyReq): a joiner whose history is not a prefix of the
+	// snapshot's — longer, or another update at its end — went another
+	// way, and what it holds is replaced, not continued.
+	diverged := current && !unknown && s.N <= m.total() &&
+		(s.N < m.total() || s.N > m.base.n && s.Seq != 0 && m.log[s.N-m.base.n-1].Seq != s.Seq)
+	if s.N <= m.total() && !unknown && !diverged {
 		return // nothing new: the chunk's entries follow what it holds
 	}
 	m.log = nil
 	m.base = base{n: s.N, seq: s.Seq, sum: s.Sum}
 	// A joining member's LU counts its temporary store too.
 	m.lu, m.persistReq, m.persisted, m.unbatched = max(m.lu, s.Seq), max(m.persistReq, s.Seq), max(m.persisted, s.Seq), 0
+	if diverged {
+		// Its history went another way from the source's (the source did
+		// not hold its last update: MsgPrecopyReq): what it held past the
+		// snapshot is no one's, and its numbers must not hold LU up.
+		m.lu, m.persistReq, m.persisted = s.Seq, s.Seq, s.Seq
+		if n := len(m.tmp); n > 0 {
+			m.lu = max(m.lu, m.tmp[n-1].Seq)
+		}
+	}
 	if m.keyed != nil {
 		m.lastWrite = maps.Clone(s.Versions)
 		if m.lastWrite == nil {

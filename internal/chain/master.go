@@ -73,6 +73,9 @@ type down struct {
 	// configuration's among them.
 	cands   map[NodeID]bool
 	reports map[NodeID]restartReport
+	// forgone: the forgone nodes whose limit the restart under way set
+	// (Master.forgone), back to none if its member refuses it.
+	forgone []NodeID
 }
 
 // restartReport is what a restarted member holds: the number of its last
@@ -185,9 +188,14 @@ type Master struct {
 	// under way), the candidates if it goes down. seqBits: the members'
 	// Config.SeqBits, to number a restarted chain's epoch above its
 	// history's.
-	down    *down
-	recent  map[NodeID]bool
-	seqBits uint
+	down   *down
+	recent map[NodeID]bool
+	// restarting: the down state a RESTART under way was chosen from,
+	// whose report of the chosen member the order carries; if the member
+	// refuses it (it no longer holds what it reported: a new process),
+	// the chain goes down again with the other reports (MsgRestartDone).
+	restarting *down
+	seqBits    uint
 	// nodes: every node that may have been a member (SetNodes), whom a
 	// whole-chain restart waits for as well.
 	nodes []NodeID
@@ -564,6 +572,10 @@ func (m *Master) step(msg Msg) {
 		m.answered(msg)
 		m.maybeFlush()
 	case MsgCRTailDone, MsgRestartDone:
+		if msg.Type == MsgRestartDone && msg.Refused {
+			m.restartRefused(msg.From)
+			return
+		}
 		m.answered(msg)
 		if n := len(m.members); n > 0 && m.members[n-1] == msg.From {
 			m.tail = msg.From
@@ -857,7 +869,11 @@ func (m *Master) resendOrder(o order) {
 	a := m.awaiting[o]
 	a.epoch, a.sent = m.epoch, m.ticks
 	m.awaiting[o] = a
-	m.send(o.to, Msg{Type: o.kind, Target: a.target})
+	msg := Msg{Type: o.kind, Target: a.target}
+	if o.kind == MsgRestart {
+		msg = m.restartOrder(o.to)
+	}
+	m.send(o.to, msg)
 }
 
 // Restarting is the member ordered to restart the chain alone whose answer
@@ -999,16 +1015,55 @@ func (m *Master) maybeRestart() bool {
 	for n, l := range m.forgone {
 		if l < 0 {
 			m.forgone[n] = d.reports[best].length
+			d.forgone = append(d.forgone, n)
 		}
 	}
 	m.epoch = epoch + 1
 	m.members = []NodeID{best}
 	delete(m.dead, best)
 	m.head = best // its updates follow the RESTART on its link
-	m.send(best, Msg{Type: MsgRestart})
+	m.restarting = d
+	m.send(best, m.restartOrder(best))
 	m.awaiting[order{best, MsgRestart}] = awaited{epoch: m.epoch, sent: m.ticks}
 	m.unpark()
 	return true
+}
+
+// restartOrder is the RESTART for n: it carries what n reported
+// (Restarted: LU, and the history's length in LA), which n checks against
+// what it holds (Member.restart). The report may be an earlier process's:
+// a member that crashed after it reported restarts empty (a memory member)
+// or shorter, and taking the order it would carry the chain on from that,
+// not from the history the master chose it for.
+func (m *Master) restartOrder(n NodeID) Msg {
+	msg := Msg{Type: MsgRestart}
+	if d := m.restarting; d != nil {
+		r := d.reports[n]
+		msg.LU, msg.LA = r.lu, uint64(r.length)
+	}
+	return msg
+}
+
+// restartRefused: the member ordered to restart the chain does not hold
+// what it reported. The chain goes down again, waiting for the same
+// candidates, with every report but the refuser's, whose next heartbeat
+// reports what it holds now (Restarted); the restart is chosen again.
+func (m *Master) restartRefused(n NodeID) {
+	d := m.restarting
+	if _, ok := m.awaiting[order{n, MsgRestart}]; !ok || d == nil || len(m.members) != 1 || m.members[0] != n {
+		return
+	}
+	m.restarting = nil
+	delete(d.reports, n)
+	for _, f := range d.forgone {
+		if _, ok := m.forgone[f]; ok {
+			m.forgone[f] = -1 // the limit is the history the chain restarts from, not chosen yet
+		}
+	}
+	d.forgone = nil
+	m.head, m.tail = 0, 0
+	clear(m.awaiting)
+	m.down = d
 }
 
 // upToDate reports whether history a is more up to date than b: its last

@@ -197,6 +197,9 @@ type mutations struct {
 	// throughout (the code before outrun): under writes that outrun the
 	// pull it never ends, and the join with it.
 	precopyToEnd bool
+	// restartUnchecked: a member takes a RESTART whatever it reported
+	// (the code before the order carried the report).
+	restartUnchecked bool
 	// durableUnpersisted: a log member's durable point (DA) ignores its own
 	// persistence: a host answers a write asking for durability before
 	// every log member persisted it.
@@ -552,8 +555,16 @@ func (m *Member) Step(msg Msg) {
 			return
 		}
 		m.pin(msg.From, msg.Seq)
-		if msg.Seq < m.base.seq || msg.Any {
-			m.snapshotFor(msg.From) // compacted past what the joiner holds
+		if msg.Seq < m.base.seq || msg.Any || !m.holds(msg.Seq) {
+			// Compacted past what the joiner holds — or the joiner's last
+			// update is not in this history: it holds updates the chain
+			// never committed (numbered by a head that failed, or by a
+			// master that reissued epochs it did not know were used), and
+			// entries "after" it would continue a history that diverges
+			// from the chain's; an empty answer would say "done" over it
+			// (the host simulation's AUSI D-D-M seed 548). A snapshot
+			// replaces the joiner's history (install).
+			m.snapshotFor(msg.From)
 			return
 		}
 		es, done := m.after(msg.Seq, m.cfg.PrecopyChunk)
@@ -578,7 +589,7 @@ func (m *Member) Step(msg Msg) {
 			return
 		}
 		if msg.Snap != nil {
-			m.install(msg.Snap)
+			m.install(msg.Snap, msg.LU == m.lu)
 		}
 		m.appendMain(msg.Entries)
 		if msg.Done {
@@ -614,7 +625,7 @@ func (m *Member) Step(msg Msg) {
 	case MsgFlushedUpdate:
 		if m.state == Joining {
 			if msg.Snap != nil {
-				m.install(msg.Snap)
+				m.install(msg.Snap, false)
 			}
 			m.appendMain(msg.Entries)
 		}
@@ -753,6 +764,18 @@ func (m *Member) restart(msg Msg) {
 	}
 	if m.state != Inactive || len(m.tmp) > 0 || m.paged {
 		// (paged: its host's state is part of a snapshot, no history's.)
+		return
+	}
+	if (msg.LU != 0 || msg.LA != 0) && (msg.LU != m.lu || msg.LA != uint64(m.total())) && !(mutation.On && m.mut.restartUnchecked) {
+		// The master chose it for a history it reported (LU, and the
+		// length in LA; none from a master of a build before) and it holds
+		// another: the report was an earlier process's, which crashed
+		// since (a memory member restarts empty). Carrying the chain on
+		// from this history would drop what the master counted on, and
+		// members that hold it would then pre-copy from a source that
+		// never held their updates. The master chooses again
+		// (Master.restartRefused) once it hears what it holds now.
+		m.toMaster(Msg{Type: MsgRestartDone, Epoch: msg.Epoch, Refused: true})
 		return
 	}
 	m.raise(msg.Epoch)

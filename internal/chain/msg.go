@@ -107,7 +107,10 @@ const (
 	// MsgRestart: master → the restarted member it chose to restart a chain
 	// whose every member failed (Master.Restarted): the member holding the
 	// longest durable history becomes the chain of one, head and tail, at
-	// Epoch, its whole history committed. MsgRestartDone: its answer.
+	// Epoch, its whole history committed. LU and LA: the history's last
+	// number and length the member reported, which it must still hold;
+	// MsgRestartDone: its answer, Refused if it does not hold them (a new
+	// process since it reported: the master chooses again).
 	MsgRestart
 	MsgRestartDone
 )
@@ -312,6 +315,12 @@ func (m Msg) String() string {
 		fmt.Fprintf(&b, " la=%s", FormatSeq(m.LA))
 	case MsgRepairInfo:
 		fmt.Fprintf(&b, " la=%s lu=%s", FormatSeq(m.LA), FormatSeq(m.LU))
+	case MsgRestart:
+		fmt.Fprintf(&b, " lu=%s len=%d", FormatSeq(m.LU), m.LA)
+	case MsgRestartDone:
+		if m.Refused {
+			b.WriteString(" refused")
+		}
 	}
 	return b.String()
 }

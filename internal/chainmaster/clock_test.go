@@ -505,3 +505,53 @@ func TestHostedMasterRestartsWithoutAMember(t *testing.T) {
 		t.Fatalf("sent %v after 3 reported an empty history, want it joined (PRECOPY from 2)", sent)
 	}
 }
+
+// TestHostedMasterRestartRefused (review35d): the RESTART carries what the
+// chosen member reported; 3, restarted again since (empty: a memory
+// member), refuses it. The master is down again, 3's next heartbeat is its
+// new report, and the chain restarts from 2, the longest history left,
+// recorded as such.
+func TestHostedMasterRestartRefused(t *testing.T) {
+	const hb, lease = 50 * time.Millisecond, 500 * time.Millisecond
+	t0 := time.Unix(1_000_000, 0)
+	now := t0
+	meta := &fakeMeta{rec: &kv.ChainConfig{Group: 0, Members: []uint64{1, 2, 3}, Epoch: 4}}
+	var sent []chain.Msg
+	x, err := newMaster(Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: 2 * lease,
+		Meta: meta, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.tick(now)
+	now = t0.Add(lease + 2*hb)
+	x.tick(now) // acting from the record
+	length := map[chain.NodeID]uint64{1: 5, 2: 7, 3: 9}
+	seq := uint64(0)
+	restarted := func(id chain.NodeID) {
+		seq++
+		x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: id, To: 9, Seq: seq, Refused: true, LA: length[id], LU: length[id]}})
+	}
+	for _, id := range []chain.NodeID{1, 2, 3, 1, 2} {
+		restarted(id)
+	}
+	restart := func(to chain.NodeID) chain.Msg {
+		t.Helper()
+		i := slices.IndexFunc(sent, func(m chain.Msg) bool { return m.Type == chain.MsgRestart })
+		if i < 0 || sent[i].To != to || sent[i].LA != length[to] || sent[i].LU != length[to] || !slices.Equal(meta.rec.Members, []uint64{uint64(to)}) {
+			t.Fatalf("sent %v, record %v: want a RESTART to %d carrying its report (%d), recorded", sent, meta.rec.Members, to, length[to])
+		}
+		return sent[i]
+	}
+	r := restart(3)
+	sent = sent[:0]
+	x.step([]chain.Msg{{Type: chain.MsgRestartDone, From: 3, To: 9, Epoch: r.Epoch, Refused: true}})
+	if !x.m.Down() {
+		t.Fatal("not down after the chosen member refused the RESTART")
+	}
+	length[3] = 0
+	restarted(3)
+	r = restart(2)
+	if r.Epoch <= meta.rec.Epoch-1 || meta.rec.Epoch <= 4 {
+		t.Fatalf("RESTART to 2 at epoch %d, record at %d", r.Epoch, meta.rec.Epoch)
+	}
+}
