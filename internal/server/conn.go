@@ -103,6 +103,9 @@ type replyShape uint8
 const (
 	shapeAsIs  replyShape = iota
 	shapeSetNX            // SETNX: OK → 1, nil → 0
+	// shapeExec3: an EXEC on a RESP3 connection with elements that RESP3
+	// spells otherwise (HGETALL's map: conn.exec3, tx.go's resp3Shapes).
+	shapeExec3
 )
 
 // queued is the bookkeeping of one write waiting in the connection's batch.
@@ -139,6 +142,11 @@ type conn struct {
 	// every command but txControl's is queued in tx meanwhile (tx.go).
 	multi bool
 	tx    txState
+	// exec3 are the element shapes of the batch's EXECs of shape
+	// shapeExec3, in order; execShapes those of the EXEC being answered
+	// (nil outside one: every reply as the state machine spelled it).
+	exec3      [][]resp3Shape
+	execShapes []resp3Shape
 	// clusterAware: the connection behaves as a Redis Cluster client's
 	// (cluster.go): requests for a slot led elsewhere get -MOVED.
 	clusterAware bool
@@ -447,6 +455,10 @@ func (c *conn) flushWrites() {
 	for i := range c.writes {
 		r := &c.writes[i]
 		q := &c.meta[i]
+		c.execShapes = nil
+		if q.shape == shapeExec3 {
+			c.execShapes, c.exec3 = c.exec3[0], c.exec3[1:]
+		}
 		if fwd != nil && fwd[i] != nil {
 			c.writeForwarded(fwd[i], q.cmd, q.session, q.shape)
 			continue
@@ -479,6 +491,7 @@ func (c *conn) flushWrites() {
 	clear(c.writes) // drop references to the batch's keys and values
 	c.writes = c.writes[:0]
 	c.meta = c.meta[:0]
+	c.exec3, c.execShapes = nil, nil
 	c.arena.reset()
 }
 
@@ -760,6 +773,7 @@ func (c *conn) writeSession(o callOpts) shard.Session {
 func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 	var op kv.Op
 	var shape replyShape
+	var exec3 []resp3Shape // shapeExec3's
 	var err error
 	switch {
 	case spec != execSpec && spec != kefirExecSpec && spec != txApplySpec && !isScript(spec):
@@ -791,14 +805,22 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 		} else if !c.tx.writes && !c.tx.dirty {
 			// Only reads: served as a read (KEFIR.EXECRO), not logged.
 			c.flushWrites()
+			c.execShapes = c.resp3Shapes()
 			if args, err = c.execArgs(); err == nil {
 				args[0] = kefirExecROName
-				if err = c.read(kefirExecROSpec, args, o); err == nil {
-					return
-				}
+				err = c.read(kefirExecROSpec, args, o)
 			}
-		} else if args, err = c.execArgs(); err == nil {
-			op, err = parseExec(args, &c.arena)
+			c.execShapes = nil
+			if err == nil {
+				return
+			}
+		} else {
+			if exec3 = c.resp3Shapes(); exec3 != nil {
+				shape = shapeExec3
+			}
+			if args, err = c.execArgs(); err == nil {
+				op, err = parseExec(args, &c.arena)
+			}
 		}
 	case spec == kefirExecSpec:
 		op, err = parseExec(args, &c.arena)
@@ -831,6 +853,9 @@ func (c *conn) queueWrite(spec *command.Spec, args [][]byte, o callOpts) {
 		w.Session = c.writeSession(o)
 	}
 	c.writes = append(c.writes, w)
+	if shape == shapeExec3 {
+		c.exec3 = append(c.exec3, exec3)
+	}
 	c.noteQueued(spec, args, &c.writes[len(c.writes)-1].Op, shape, o)
 }
 

@@ -85,7 +85,7 @@ func (c *conn) writeForwarded(fc *cluster.Call, cmd int, session bool, _ replySh
 		_ = c.w.WriteNullArray()
 		return
 	}
-	_ = c.w.WriteValue(fc.Reply)
+	_ = c.w.WriteValue(execToResp3(fc.Reply, c.execShapes))
 }
 
 // forwardRead serves a read this node cannot prove at level cons by
@@ -117,5 +117,5 @@ func (c *conn) forwardRead(args [][]byte, cons level.Consistency, sess shard.Ses
 	if fc.Reply.Kind == resp.Null && bytes.Equal(args[0], kefirExecROName) {
 		return c.w.WriteNullArray() // an EXEC's null is an array's (writeForwarded)
 	}
-	return c.w.WriteValue(fc.Reply)
+	return c.w.WriteValue(execToResp3(fc.Reply, c.execShapes))
 }

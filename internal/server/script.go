@@ -200,5 +200,5 @@ func (c *conn) writeReply(b []byte) {
 		_ = c.w.WriteError("ERR script reply: " + err.Error())
 		return
 	}
-	_ = c.w.WriteValue(v)
+	_ = c.w.WriteValue(execToResp3(v, c.execShapes))
 }

@@ -253,3 +253,73 @@ func (c *conn) watch(args [][]byte, o callOpts) error {
 	}
 	return c.w.WriteSimple("OK")
 }
+
+// resp3Shape is how an element of EXEC's reply reads on a RESP3 connection.
+// The state machine spells a transaction's replies in RESP2 (one reply for
+// every connection, kept in the client's row for a retry); RESP3 spells a
+// few commands' otherwise, and EXEC's elements follow their commands', as
+// Redis's do.
+type resp3Shape uint8
+
+const (
+	resp3AsIs  resp3Shape = iota
+	resp3Map              // HGETALL, LCS … IDX: the flat array of pairs is a map
+	resp3Pairs            // HRANDFIELD key count WITHVALUES: an array of [field, value]
+)
+
+// resp3Shapes are the shapes of the queued commands' replies if the
+// connection speaks RESP3 and one of them reads otherwise there (nil else).
+func (c *conn) resp3Shapes() []resp3Shape {
+	if c.w.Protocol() != 3 || c.tx.dirty {
+		return nil
+	}
+	var shapes []resp3Shape
+	for i, argv := range c.tx.cmds {
+		s := resp3AsIs
+		switch {
+		case command.Eq(argv[0], "HGETALL"):
+			s = resp3Map
+		case command.Eq(argv[0], "HRANDFIELD") && len(argv) == 4:
+			s = resp3Pairs
+		case command.Eq(argv[0], "LCS"):
+			for _, a := range argv[3:] {
+				if command.Eq(a, "IDX") {
+					s = resp3Map
+				}
+			}
+		}
+		if s != resp3AsIs && shapes == nil {
+			shapes = make([]resp3Shape, len(c.tx.cmds))
+		}
+		if shapes != nil {
+			shapes[i] = s
+		}
+	}
+	return shapes
+}
+
+// execToResp3 respells EXEC's reply v, RESP2's, by its elements' shapes
+// (resp3Shapes; nil: v as it is). An element that is not the array its
+// command answers (an error) stays as it is.
+func execToResp3(v resp.Value, shapes []resp3Shape) resp.Value {
+	if shapes == nil || v.Kind != resp.Array || len(v.Elems) != len(shapes) {
+		return v
+	}
+	for i, s := range shapes {
+		e := &v.Elems[i]
+		if s == resp3AsIs || e.Kind != resp.Array || len(e.Elems)%2 != 0 {
+			continue
+		}
+		switch s {
+		case resp3Map:
+			e.Kind = resp.Map
+		case resp3Pairs:
+			pairs := make([]resp.Value, len(e.Elems)/2)
+			for j := range pairs {
+				pairs[j] = resp.Value{Kind: resp.Array, Elems: e.Elems[2*j : 2*j+2]}
+			}
+			e.Elems = pairs
+		}
+	}
+	return v
+}
