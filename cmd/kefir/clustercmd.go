@@ -462,6 +462,7 @@ func runClusterAddNode(args []string, stdout, stderr io.Writer) error {
 	id := fs.Uint64("id", 0, "the new node's id")
 	client := fs.String("client-addr", "", "the new node's client address (host:port)")
 	peer := fs.String("peer-addr", "", "the new node's peer address (host:port)")
+	zone := fs.String("zone", "", "the node's failure domain (a rack, an availability zone: a short printable label): placement puts a group's replicas in distinct zones. Given for a node of the map (the same addresses), it sets that node's zone")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -471,12 +472,19 @@ func runClusterAddNode(args []string, stdout, stderr io.Writer) error {
 	if *id == 0 || *client == "" || *peer == "" || fs.NArg() != 0 {
 		return usageError{errors.New("add-node needs --id, --client-addr and --peer-addr")}
 	}
+	if err := kv.ValidZone(*zone); err != nil {
+		return usageError{fmt.Errorf("add-node --zone: %w", err)}
+	}
 	mv := mover()
 	mv.RetryFor = 10 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	epoch, err := mv.AddNode(ctx, *id, *client, *peer)
+	epoch, err := mv.AddNode(ctx, *id, *client, *peer, *zone)
 	if err != nil {
+		return err
+	}
+	if *zone != "" {
+		_, err = fmt.Fprintf(stdout, "node %d is in the map in zone %s at epoch %d\n", *id, *zone, epoch)
 		return err
 	}
 	_, err = fmt.Fprintf(stdout, "node %d is in the map at epoch %d (in no group yet)\n", *id, epoch)

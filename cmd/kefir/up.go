@@ -338,7 +338,7 @@ func (u *upCluster) recordJoined() error {
 		if !n.joining || slices.Contains(cm.NodeIDs(), n.replica) {
 			continue
 		}
-		epoch, err := mv.AddNode(ctx, n.replica, n.client, n.peer)
+		epoch, err := mv.AddNode(ctx, n.replica, n.client, n.peer, "")
 		if err != nil {
 			return fmt.Errorf("%s could not be recorded in the cluster's map: %w", n.id, err)
 		}

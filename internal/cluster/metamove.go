@@ -415,11 +415,17 @@ func nodeGroups(cm *kv.ClusterMap, id uint64) string {
 	return fmt.Sprintf("groups %v", in)
 }
 
-// AddNode records node id (client and peer addresses) in the metadata
-// group's map and returns the map's epoch after it.
-func (mv *Mover) AddNode(ctx context.Context, id uint64, clientAddr, peerAddr string) (uint64, error) {
+// AddNode records node id (client and peer addresses; zone, "" for none)
+// in the metadata group's map and returns the map's epoch after it. A
+// zone is sent only when given: an add without one is the command builds
+// before zones know.
+func (mv *Mover) AddNode(ctx context.Context, id uint64, clientAddr, peerAddr, zone string) (uint64, error) {
 	defer mv.close()
-	v, err := mv.do(ctx, "KEFIR.SLOTS", "META", "ADDNODE", strconv.FormatUint(id, 10), clientAddr, peerAddr)
+	args := []string{"KEFIR.SLOTS", "META", "ADDNODE", strconv.FormatUint(id, 10), clientAddr, peerAddr}
+	if zone != "" {
+		args = append(args, "ZONE", zone)
+	}
+	v, err := mv.do(ctx, args...)
 	if err != nil {
 		return 0, fmt.Errorf("add-node: %w", err)
 	}
