@@ -505,7 +505,7 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	mover := clusterConnFlags(fs)
 	membersFlag := fs.String("members", "", "the new group's members: node ids of the map, comma-separated, in leader order (an odd number); none: --replicas members placed on the map's live nodes, the least loaded first")
-	replicas := fs.Int("replicas", 3, "without --members: the new group's number of replicas (odd for a VR group), placed on that many distinct live nodes of the map, each the one hosting the fewest replicas (ties to the lower id)")
+	replicas := fs.Int("replicas", 3, "without --members: the new group's number of replicas (odd for a VR group), placed on that many distinct live nodes of the map, each in a zone the group has no replica in yet if one is left, then the one hosting the fewest replicas (ties to the lower id)")
 	idFlag := fs.Uint64("id", 0, "the new group's id (default: one above the map's highest)")
 	engine := fs.String("engine", "vr", "the group's replication engine: vr, or chain (chain replication, head first in --members; its master runs at the metadata group's nodes)")
 	wait := fs.Duration("wait", 30*time.Second, "wait this long for the new group to have a leader (0: do not wait)")
@@ -565,7 +565,7 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 		}
 		id, members, again, err = planAddGroupPlaced(cm, *replicas, *idFlag, eng, live)
 		if err == nil && !again {
-			fmt.Fprintf(stderr, "kefir cluster: placing the new group's %d replicas on nodes %v\n", *replicas, members)
+			fmt.Fprintf(stderr, "kefir cluster: placing the new group's %d replicas on nodes %v%s\n", *replicas, members, cluster.ZoneNote(cm, cluster.GroupChange{Members: members}))
 			silentNote(stderr, cm, up, "--members")
 		}
 	} else {
@@ -926,7 +926,7 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 		plan, err = cluster.PlanReplacePlacedStep(cm, old, func(id uint64) bool { return live[id] }, only)
 		for _, ch := range plan {
 			if on := cluster.PlacedOn(cm, ch, old); err == nil && on != 0 {
-				fmt.Fprintf(stderr, "kefir cluster: placing node %d's replica of %s on node %d\n", old, cluster.GroupName(ch.Group), on)
+				fmt.Fprintf(stderr, "kefir cluster: placing node %d's replica of %s on node %d%s\n", old, cluster.GroupName(ch.Group), on, cluster.ZoneNote(cm, ch))
 			}
 		}
 	}
@@ -1080,7 +1080,7 @@ func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g c
 		if ids, err = cluster.PlaceMembers(cm, g, r, func(id uint64) bool { return live[id] }); err != nil {
 			return nil, fmt.Errorf("add-members: %w; nothing changed", err)
 		}
-		fmt.Fprintf(stderr, "kefir cluster: placing %s's new members on nodes %v\n", cluster.GroupName(g), ids)
+		fmt.Fprintf(stderr, "kefir cluster: placing %s's new members on nodes %v%s\n", cluster.GroupName(g), ids, cluster.ZoneNote(cm, cluster.GroupChange{Members: slices.Concat(ms, ids)}))
 		silentNote(stderr, cm, live, "--new")
 	}
 	news := make([]cluster.Member, len(ids))
