@@ -636,3 +636,30 @@ func TestPlaceZonesNoneOrDistinctPlaceAsBefore(t *testing.T) {
 		}
 	}
 }
+
+// kefir cluster status shows each node's zone and flags a group whose
+// replicas share one (the metadata group's too), and only such a group;
+// --json carries the same in shared_zones.
+func TestClusterStatusZones(t *testing.T) {
+	cm := &kv.ClusterMap{Epoch: 4, Nodes: zonedNodes("a", "a", "b", "c", ""), Groups: []kv.MapGroup{
+		{ID: 1, Members: []uint64{1, 3, 4}, Slots: []kv.SlotRange{{Start: 0, End: 99}}},
+		{ID: 2, Members: []uint64{2, 1, 5}, Slots: []kv.SlotRange{{Start: 100, End: kv.NumSlots - 1}}},
+	}}
+	st := (ClusterStatus{Map: cm}).String()
+	for _, want := range []string{
+		"  1  client c  peer p  zone a  groups [1 2] and the metadata group\n",
+		"  5  client c  peer p  groups [2]\n",
+		"slots 100-16383 (16284)  REPLICAS SHARE A ZONE (zone a: nodes 2, 1)\n",
+		"the metadata group (members [1 2 3]): REPLICAS SHARE A ZONE (zone a: nodes 1, 2)\n",
+	} {
+		if !strings.Contains(st, want) {
+			t.Errorf("status without %q:\n%s", want, st)
+		}
+	}
+	if strings.Count(st, "SHARE A ZONE") != 2 {
+		t.Errorf("status flags other groups:\n%s", st)
+	}
+	if z := sharedZones(cm); len(z) != 2 || z[2] == "" || z[uint64(MetaGroupID)] == "" {
+		t.Errorf("shared_zones %v, want groups 2 and 65535", z)
+	}
+}
