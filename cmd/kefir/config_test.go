@@ -85,6 +85,8 @@ func TestConfigErrorsNameTheirSource(t *testing.T) {
 		{nil, map[string]string{"KEFIR_MAX_REQUEST": "3GiB"}, "KEFIR_MAX_REQUEST"},
 		{[]string{"--retain-versions", "-2"}, nil, "--retain-versions"},
 		{[]string{"stray"}, nil, "unexpected arguments"},
+		{[]string{"--zone", "rack 1"}, nil, `--zone`},
+		{nil, map[string]string{"KEFIR_ZONE": "a,b"}, "KEFIR_ZONE"},
 	}
 	for _, c := range cases {
 		_, err := loadServerConfig(c.args, envMap(c.env), &bytes.Buffer{})
@@ -657,5 +659,19 @@ func TestChainStoresFlags(t *testing.T) {
 	}
 	if err := runUp([]string{"--chain-mode", "au", "--dir", dir}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "needs --engine chain") {
 		t.Fatalf("kefir up --chain-mode au on VR: %v", err)
+	}
+}
+
+// --zone (KEFIR_ZONE): the node's failure domain, none by default.
+func TestZoneOption(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{{nil, nil, ""}, {[]string{"--zone", "eu-west-1a"}, nil, "eu-west-1a"}, {nil, map[string]string{"KEFIR_ZONE": "rack7"}, "rack7"}} {
+		cfg, err := loadServerConfig(c.args, envMap(c.env), &bytes.Buffer{})
+		if err != nil || cfg.Zone != c.want {
+			t.Errorf("%v %v: zone %q (%v), want %q", c.args, c.env, cfg.Zone, err, c.want)
+		}
 	}
 }

@@ -96,7 +96,7 @@ func (s *Server) startMetaFollower() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	s.metaStop = func() { cancel(); <-done }
-	fc := cluster.FollowConfig{Password: s.cfg.Password, RepairAfter: s.cfg.RepairAfter,
+	fc := cluster.FollowConfig{Password: s.cfg.Password, RepairAfter: s.cfg.RepairAfter, Zone: s.cfg.Zone,
 		Logf: func(format string, args ...any) { s.log.Info(fmt.Sprintf(format, args...), "component", "metadata") }}
 	// The resumer drives a move through the client ports, as kefir cluster
 	// move-slots does: this node's first.
