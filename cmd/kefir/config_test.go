@@ -402,6 +402,28 @@ func TestUpRefusesFollowerReadsWithGroups(t *testing.T) {
 	}
 }
 
+// kefir up --zones: refused without --groups > 1 and with a bad zone,
+// before anything is created.
+func TestUpRefusesBadZones(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--zones", "a,b,c"}, "--zones needs --groups 2 or more"},
+		{[]string{"--groups", "2", "--zones", "a,,c"}, `got ""`},
+		{[]string{"--groups", "2", "--zones", "a,b c"}, `got "b c"`},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		err := runUp(append(c.args, "--dir", dir), &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want mention of %q", c.args, err, c.want)
+		}
+		if _, statErr := os.Stat(dir); !os.IsNotExist(statErr) {
+			t.Errorf("%v: kefir up created %s before refusing the flags (stat: %v)", c.args, dir, statErr)
+		}
+	}
+}
+
 // server.New applies Config.IOModel to the process (it is process-wide), and
 // an empty one leaves the model alone.
 func TestServerNewAppliesIOModel(t *testing.T) {
