@@ -135,17 +135,19 @@ const clusterUsage = `usage: kefir cluster COMMAND [flags] (each with --help)
                                                                  within the tolerance of the mean, one move at a time,
                                                                  paced by a latency probe unless --page-pause is given
   status                                                         the metadata group's map, moves in flight, leaders
-  add-node --id N --client-addr H:P --peer-addr H:P              record a node in the map
+  add-node --id N --client-addr H:P --peer-addr H:P [--zone Z]   record a node (and its failure domain) in the map
   add-group [--members A,B,C | --replicas R] [--id G] [--engine vr|chain]
                                                                  a new group on nodes of the map, owning no slots
                                                                  until a rebalance or move-slots gives it some;
                                                                  without --members its R (3) replicas go to the
-                                                                 live nodes hosting the fewest replicas
+                                                                 live nodes hosting the fewest replicas, in
+                                                                 distinct zones when there are enough
   remove-group --id G [--by bytes|keys|load] [--page-pause D]    move every slot of a data group to the others, then
                                                                  take it out of the map; its members retire its replicas
   replace-node --old N [--new ID@PEER-ADDR/CLIENT-ADDR]           replace a failed node by a new one in every group it is in;
                                                                  without --new (several groups) its replicas go to the map's
                                                                  live nodes, each group the least loaded node not in it
+                                                                 (in a zone the group lacks first)
   remove-node --id N[,M...]                                       remove members of a single VR group (an odd number stays)
   add-members --group G --new ID[@PEER-ADDR/CLIENT-ADDR][,...]      grow a VR group (or the metadata group, 65535) by
                                                                  nodes, two at a time: they join and pull its state
