@@ -287,9 +287,9 @@ type ClusterStatus struct {
 	SharedZones map[uint64]string `json:"shared_zones,omitempty"`
 }
 
-// sharedZones is ClusterStatus.SharedZones of cm (nil: no group shares a
-// zone).
-func sharedZones(cm *kv.ClusterMap) map[uint64]string {
+// GroupsSharingZones is ClusterStatus.SharedZones of cm (nil: no group
+// shares a zone); the HTTP status's cluster_map has it too.
+func GroupsSharingZones(cm *kv.ClusterMap) map[uint64]string {
 	var out map[uint64]string
 	for _, g := range mapGroups(cm) {
 		if s := SharedZones(cm, ChainWanted(g)); s != "" {
@@ -309,7 +309,7 @@ func (mv *Mover) Status(ctx context.Context) (ClusterStatus, error) {
 	if err != nil {
 		return ClusterStatus{}, err
 	}
-	st := ClusterStatus{Map: cm, MetaLeader: mv.answeredBy, Leaders: map[uint64]string{}, SharedZones: sharedZones(cm)}
+	st := ClusterStatus{Map: cm, MetaLeader: mv.answeredBy, Leaders: map[uint64]string{}, SharedZones: GroupsSharingZones(cm)}
 	v, err := mv.do(ctx, "CLUSTER", "SLOTS")
 	if err != nil {
 		return st, fmt.Errorf("cluster status: CLUSTER SLOTS: %w", err)
@@ -369,7 +369,7 @@ func (st ClusterStatus) String() string {
 		}
 		fmt.Fprintf(&b, "  %d  client %s  peer %s%s  %s\n", n.ID, n.ClientAddr, n.PeerAddr, zone, nodeGroups(cm, n.ID))
 	}
-	shared := sharedZones(cm)
+	shared := GroupsSharingZones(cm)
 	fmt.Fprintf(&b, "groups:\n")
 	for _, g := range cm.Groups {
 		n := 0

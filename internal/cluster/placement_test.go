@@ -659,7 +659,7 @@ func TestClusterStatusZones(t *testing.T) {
 	if strings.Count(st, "SHARE A ZONE") != 2 {
 		t.Errorf("status flags other groups:\n%s", st)
 	}
-	if z := sharedZones(cm); len(z) != 2 || z[2] == "" || z[uint64(MetaGroupID)] == "" {
+	if z := GroupsSharingZones(cm); len(z) != 2 || z[2] == "" || z[uint64(MetaGroupID)] == "" {
 		t.Errorf("shared_zones %v, want groups 2 and 65535", z)
 	}
 }

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"encoding/json"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -20,7 +22,7 @@ import (
 // lost) rather than node 4 (a, as lightly loaded, a lower id — the choice
 // without zones), group 2 takes node 2 (b, the one zone it lacks) rather
 // than node 1 (a), and the metadata group node 5 (c). Status then flags
-// no group.
+// no group. A node's HTTP /status shows the zones and the flag as well.
 func TestGroupsRepairPlacesInTheMissingZone(t *testing.T) {
 	zones := []string{"a", "b", "c", "a", "c"}
 	g := cluster.StartGroupsEach(t, 5, "1=1,2,3:0-8191;2=3,4,5:8192-16383",
@@ -45,6 +47,25 @@ func TestGroupsRepairPlacesInTheMissingZone(t *testing.T) {
 	out, err := kefirCluster(t, "status", addr)
 	if err != nil || !strings.Contains(out, "zone c") || !strings.Contains(out, "REPLICAS SHARE A ZONE (zone c: nodes 3, 5)") {
 		t.Fatalf("status before the failure: %v\n%s", err, out)
+	}
+	// The HTTP status of node 4 (no metadata replica: it polls the map)
+	// has the zones and the flag too.
+	var st struct {
+		ClusterMap struct {
+			Zones       map[uint64]string `json:"zones"`
+			SharedZones map[uint64]string `json:"shared_zones"`
+		} `json:"cluster_map"`
+	}
+	if !testgroup.Until(10*time.Second, 100*time.Millisecond, func() bool {
+		r, err := (&http.Client{Timeout: time.Second}).Get("http://" + g.Nodes[3].HTTPAddr + "/status")
+		if err != nil {
+			return false
+		}
+		defer r.Body.Close()
+		return json.NewDecoder(r.Body).Decode(&st) == nil && len(st.ClusterMap.Zones) == 5 && st.ClusterMap.Zones[5] == "c" &&
+			st.ClusterMap.SharedZones[2] == "zone c: nodes 3, 5" && len(st.ClusterMap.SharedZones) == 1
+	}) {
+		t.Fatalf("node 4's /status cluster_map: %+v", st.ClusterMap)
 	}
 	g.Nodes[2].Kill()
 	want := map[uint64][]uint64{1: {1, 2, 5}, 2: {2, 4, 5}, kv.MetaGroup: {1, 2, 5}}
