@@ -135,17 +135,19 @@ const clusterUsage = `usage: kefir cluster COMMAND [flags] (each with --help)
                                                                  within the tolerance of the mean, one move at a time,
                                                                  paced by a latency probe unless --page-pause is given
   status                                                         the metadata group's map, moves in flight, leaders
-  add-node --id N --client-addr H:P --peer-addr H:P              record a node in the map
+  add-node --id N --client-addr H:P --peer-addr H:P [--zone Z]   record a node (and its failure domain) in the map
   add-group [--members A,B,C | --replicas R] [--id G] [--engine vr|chain]
                                                                  a new group on nodes of the map, owning no slots
                                                                  until a rebalance or move-slots gives it some;
                                                                  without --members its R (3) replicas go to the
-                                                                 live nodes hosting the fewest replicas
+                                                                 live nodes hosting the fewest replicas, in
+                                                                 distinct zones when there are enough
   remove-group --id G [--by bytes|keys|load] [--page-pause D]    move every slot of a data group to the others, then
                                                                  take it out of the map; its members retire its replicas
   replace-node --old N [--new ID@PEER-ADDR/CLIENT-ADDR]           replace a failed node by a new one in every group it is in;
                                                                  without --new (several groups) its replicas go to the map's
                                                                  live nodes, each group the least loaded node not in it
+                                                                 (in a zone the group lacks first)
   remove-node --id N[,M...]                                       remove members of a single VR group (an odd number stays)
   add-members --group G --new ID[@PEER-ADDR/CLIENT-ADDR][,...]      grow a VR group (or the metadata group, 65535) by
                                                                  nodes, two at a time: they join and pull its state
@@ -462,6 +464,7 @@ func runClusterAddNode(args []string, stdout, stderr io.Writer) error {
 	id := fs.Uint64("id", 0, "the new node's id")
 	client := fs.String("client-addr", "", "the new node's client address (host:port)")
 	peer := fs.String("peer-addr", "", "the new node's peer address (host:port)")
+	zone := fs.String("zone", "", "the node's failure domain (a rack, an availability zone: a short printable label): placement puts a group's replicas in distinct zones. Given for a node of the map (the same addresses), it sets that node's zone")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -471,12 +474,19 @@ func runClusterAddNode(args []string, stdout, stderr io.Writer) error {
 	if *id == 0 || *client == "" || *peer == "" || fs.NArg() != 0 {
 		return usageError{errors.New("add-node needs --id, --client-addr and --peer-addr")}
 	}
+	if err := kv.ValidZone(*zone); err != nil {
+		return usageError{fmt.Errorf("add-node --zone: %w", err)}
+	}
 	mv := mover()
 	mv.RetryFor = 10 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	epoch, err := mv.AddNode(ctx, *id, *client, *peer)
+	epoch, err := mv.AddNode(ctx, *id, *client, *peer, *zone)
 	if err != nil {
+		return err
+	}
+	if *zone != "" {
+		_, err = fmt.Fprintf(stdout, "node %d is in the map in zone %s at epoch %d\n", *id, *zone, epoch)
 		return err
 	}
 	_, err = fmt.Fprintf(stdout, "node %d is in the map at epoch %d (in no group yet)\n", *id, epoch)
@@ -497,7 +507,7 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	mover := clusterConnFlags(fs)
 	membersFlag := fs.String("members", "", "the new group's members: node ids of the map, comma-separated, in leader order (an odd number); none: --replicas members placed on the map's live nodes, the least loaded first")
-	replicas := fs.Int("replicas", 3, "without --members: the new group's number of replicas (odd for a VR group), placed on that many distinct live nodes of the map, each the one hosting the fewest replicas (ties to the lower id)")
+	replicas := fs.Int("replicas", 3, "without --members: the new group's number of replicas (odd for a VR group), placed on that many distinct live nodes of the map, each in a zone the group has no replica in yet if one is left, then the one hosting the fewest replicas (ties to the lower id)")
 	idFlag := fs.Uint64("id", 0, "the new group's id (default: one above the map's highest)")
 	engine := fs.String("engine", "vr", "the group's replication engine: vr, or chain (chain replication, head first in --members; its master runs at the metadata group's nodes)")
 	wait := fs.Duration("wait", 30*time.Second, "wait this long for the new group to have a leader (0: do not wait)")
@@ -557,7 +567,7 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 		}
 		id, members, again, err = planAddGroupPlaced(cm, *replicas, *idFlag, eng, live)
 		if err == nil && !again {
-			fmt.Fprintf(stderr, "kefir cluster: placing the new group's %d replicas on nodes %v\n", *replicas, members)
+			fmt.Fprintf(stderr, "kefir cluster: placing the new group's %d replicas on nodes %v%s\n", *replicas, members, cluster.ZoneNote(cm, cluster.GroupChange{Members: members}))
 			silentNote(stderr, cm, up, "--members")
 		}
 	} else {
@@ -918,7 +928,7 @@ func groupsChange(ctx context.Context, cmd string, mv *cluster.Mover, cm *kv.Clu
 		plan, err = cluster.PlanReplacePlacedStep(cm, old, func(id uint64) bool { return live[id] }, only)
 		for _, ch := range plan {
 			if on := cluster.PlacedOn(cm, ch, old); err == nil && on != 0 {
-				fmt.Fprintf(stderr, "kefir cluster: placing node %d's replica of %s on node %d\n", old, cluster.GroupName(ch.Group), on)
+				fmt.Fprintf(stderr, "kefir cluster: placing node %d's replica of %s on node %d%s\n", old, cluster.GroupName(ch.Group), on, cluster.ZoneNote(cm, ch))
 			}
 		}
 	}
@@ -1072,7 +1082,7 @@ func placeMembers(ctx context.Context, mv *cluster.Mover, cm *kv.ClusterMap, g c
 		if ids, err = cluster.PlaceMembers(cm, g, r, func(id uint64) bool { return live[id] }); err != nil {
 			return nil, fmt.Errorf("add-members: %w; nothing changed", err)
 		}
-		fmt.Fprintf(stderr, "kefir cluster: placing %s's new members on nodes %v\n", cluster.GroupName(g), ids)
+		fmt.Fprintf(stderr, "kefir cluster: placing %s's new members on nodes %v%s\n", cluster.GroupName(g), ids, cluster.ZoneNote(cm, cluster.GroupChange{Members: slices.Concat(ms, ids)}))
 		silentNote(stderr, cm, live, "--new")
 	}
 	news := make([]cluster.Member, len(ids))

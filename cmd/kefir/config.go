@@ -14,6 +14,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/server"
 	"github.com/kefirdb/kefir/internal/vrshard"
@@ -396,6 +397,11 @@ var serverOptions = []option{
 			}
 			c.RepairAfter = d
 			return err
+		}},
+	{"zone", "", "A cluster of several groups: this node's failure domain (a rack, an availability zone; a short printable label without spaces or commas). The node records it in the cluster map once the map has the node, and placement (kefir cluster replace-node --old N alone, add-group and add-members without nodes named, automatic repair) puts a group's replicas in distinct zones (docs/cluster.md, Failure domains). Empty = no zone. Every node of the metadata group must run a build that knows zones first.",
+		func(c *serverConfig, v string) error {
+			c.Zone = v
+			return kv.ValidZone(v)
 		}},
 	{"follower-reads", "false", "Replicated mode: followers serve cross-client-monotonic reads while they hold an active-set lease from the leader (docs/consistency.md); durable data is then applied on every active-set member before any read sees it. Without it those reads go to the leader. Give it to every member alike.",
 		func(c *serverConfig, v string) error {

@@ -85,6 +85,8 @@ func TestConfigErrorsNameTheirSource(t *testing.T) {
 		{nil, map[string]string{"KEFIR_MAX_REQUEST": "3GiB"}, "KEFIR_MAX_REQUEST"},
 		{[]string{"--retain-versions", "-2"}, nil, "--retain-versions"},
 		{[]string{"stray"}, nil, "unexpected arguments"},
+		{[]string{"--zone", "rack 1"}, nil, `--zone`},
+		{nil, map[string]string{"KEFIR_ZONE": "a,b"}, "KEFIR_ZONE"},
 	}
 	for _, c := range cases {
 		_, err := loadServerConfig(c.args, envMap(c.env), &bytes.Buffer{})
@@ -400,6 +402,28 @@ func TestUpRefusesFollowerReadsWithGroups(t *testing.T) {
 	}
 }
 
+// kefir up --zones: refused without --groups > 1 and with a bad zone,
+// before anything is created.
+func TestUpRefusesBadZones(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--zones", "a,b,c"}, "--zones needs --groups 2 or more"},
+		{[]string{"--groups", "2", "--zones", "a,,c"}, `got ""`},
+		{[]string{"--groups", "2", "--zones", "a,b c"}, `got "b c"`},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		err := runUp(append(c.args, "--dir", dir), &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want mention of %q", c.args, err, c.want)
+		}
+		if _, statErr := os.Stat(dir); !os.IsNotExist(statErr) {
+			t.Errorf("%v: kefir up created %s before refusing the flags (stat: %v)", c.args, dir, statErr)
+		}
+	}
+}
+
 // server.New applies Config.IOModel to the process (it is process-wide), and
 // an empty one leaves the model alone.
 func TestServerNewAppliesIOModel(t *testing.T) {
@@ -657,5 +681,19 @@ func TestChainStoresFlags(t *testing.T) {
 	}
 	if err := runUp([]string{"--chain-mode", "au", "--dir", dir}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "needs --engine chain") {
 		t.Fatalf("kefir up --chain-mode au on VR: %v", err)
+	}
+}
+
+// --zone (KEFIR_ZONE): the node's failure domain, none by default.
+func TestZoneOption(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{{nil, nil, ""}, {[]string{"--zone", "eu-west-1a"}, nil, "eu-west-1a"}, {nil, map[string]string{"KEFIR_ZONE": "rack7"}, "rack7"}} {
+		cfg, err := loadServerConfig(c.args, envMap(c.env), &bytes.Buffer{})
+		if err != nil || cfg.Zone != c.want {
+			t.Errorf("%v %v: zone %q (%v), want %q", c.args, c.env, cfg.Zone, err, c.want)
+		}
 	}
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/kefirdb/kefir/internal/chain"
 	"github.com/kefirdb/kefir/internal/cluster"
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/server"
 	"github.com/kefirdb/kefir/internal/vrshard"
 )
@@ -73,6 +74,7 @@ func runUp(args []string, stdout, stderr io.Writer) error {
 	engine := fs.String("engine", "vr", "replication engine of the group: vr, or chain (chain replication, docs/chain.md: n1 is the head, writes are answered once every node logged them; the chain's master is hosted by a metadata group on n1-n3; on an existing data directory the whole chain restarts from its data). With --groups > 1: vr, chain (every group a chain) or mixed (the even-numbered groups chains, the others VR)")
 	chainMode := fs.String("chain-mode", "su", "with --engine chain: the chain's update mode, su, ausi or au (kefir server --chain-mode on every node; docs/chain.md, \"Update modes\")")
 	chainStores := fs.String("chain-stores", "", "with --engine chain: each node's datastore, comma-separated in node order (n1 is the head), e.g. m,d,d: log (d), buffered (b) or memory (m) (kefir server --chain-store; docs/chain.md, \"Datastores\"); empty: every node a log")
+	zonesFlag := fs.String("zones", "", "with --groups > 1: the nodes' failure domains, comma-separated, given round-robin (a,b,c: n1 a, n2 b, n3 c, n4 a, ...) as each node's kefir server --zone; placement then puts a group's replicas in distinct zones (docs/cluster.md, Failure domains). Empty: no zones")
 	ioModel := fs.String("io-model", "", "how the nodes serve client connections: epoll or goroutine (kefir server --io-model); empty: each node's own default (KEFIR_IO_MODEL, else epoll on Linux)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: kefir up [options]
@@ -106,6 +108,18 @@ Options:
 	}
 	if *groups > 1 && (*nodes < 3 || *nilext) {
 		return usageError{errors.New("--groups > 1 needs --nodes 3 or more, and no --nilext (the fast path does not span groups yet)")}
+	}
+	var zones []string
+	if *zonesFlag != "" {
+		if *groups < 2 {
+			return usageError{errors.New("--zones needs --groups 2 or more (zones guide placement in a cluster of several groups)")}
+		}
+		zones = strings.Split(*zonesFlag, ",")
+		for _, z := range zones {
+			if err := kv.ValidZone(z); err != nil || z == "" {
+				return usageError{fmt.Errorf("--zones %q: each zone a short printable label (got %q: %v)", *zonesFlag, z, err)}
+			}
+		}
 	}
 	if *groups > 1 && *followerReads {
 		return usageError{errors.New("--groups > 1 and --follower-reads: in a cluster of several groups, cross-client-monotonic reads are served by each group's leader (sequential consistency across groups; docs/cluster.md)")}
@@ -217,6 +231,9 @@ Options:
 			"--log-level", *logLevel}
 		if *ioModel != "" {
 			n.args = append(n.args, "--io-model", *ioModel)
+		}
+		if len(zones) > 0 {
+			n.args = append(n.args, "--zone", zones[i%len(zones)])
 		}
 		if grp != nil && i >= grp.founders {
 			// A node added to the cluster (more --nodes than it was
@@ -338,7 +355,7 @@ func (u *upCluster) recordJoined() error {
 		if !n.joining || slices.Contains(cm.NodeIDs(), n.replica) {
 			continue
 		}
-		epoch, err := mv.AddNode(ctx, n.replica, n.client, n.peer)
+		epoch, err := mv.AddNode(ctx, n.replica, n.client, n.peer, "")
 		if err != nil {
 			return fmt.Errorf("%s could not be recorded in the cluster's map: %w", n.id, err)
 		}

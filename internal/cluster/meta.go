@@ -88,6 +88,7 @@ type metaState struct {
 	changed chan struct{}
 	resume  resumer
 	repair  Repairer
+	zone    zoneRecorder
 }
 
 // smap is the map this node routes by when no hosted table knows better.
@@ -329,7 +330,11 @@ type FollowConfig struct {
 	// of the map that hosts replicas and has not answered for it has them
 	// re-created on live nodes (repair.go; 0: no repair).
 	RepairAfter time.Duration
-	Logf        func(format string, args ...any)
+	// Zone is kefir server's --zone ("": none): while the map has this
+	// node with another zone, the follower asks the metadata group to
+	// record it (zoneRecorder).
+	Zone string
+	Logf func(format string, args ...any)
 }
 
 // FollowMap follows the metadata group until ctx ends: it reads this node's
@@ -354,12 +359,14 @@ func (m *Multi) FollowMap(ctx context.Context, cfg FollowConfig) {
 	for tick := 0; ; tick++ {
 		select {
 		case <-ctx.Done():
+			m.meta.zone.wg.Wait()
 			m.meta.resume.wait()
 			rep.Lost()
 			rep.Wait()
 			return
 		case <-t.C:
 		}
+		m.meta.zone.tick(ctx, m, cfg)
 		if m.metaG() == nil {
 			// A long poll each tick: the leader holds it until the map
 			// changes (MapWait at most). A leader too old to hold one is

@@ -23,7 +23,9 @@ import (
 //	                                                (ABORT: the claim carries the abort mark, kv.MapMove.AbortWanted)
 //	KEFIR.SLOTS META DONE epoch [driver beat]       MoveDone: the map's epoch (with the lease: compare-and-set on it)
 //	KEFIR.SLOTS META ABORT epoch [driver beat]      the move rolled back: the map's epoch
-//	KEFIR.SLOTS META ADDNODE id client-addr peer-addr   a node joins the map: the map's epoch
+//	KEFIR.SLOTS META ADDNODE id client-addr peer-addr [ZONE z]
+//	                                                a node joins the map (with ZONE, its failure
+//	                                                domain; a node of the map gets the zone): the map's epoch
 //	KEFIR.SLOTS META REMOVENODE id                  a node that hosts nothing leaves the map
 //	                                                (kv.MapNodeRemove): the map's epoch
 //	KEFIR.SLOTS META SETMEMBERS group epoch id...   a group's members after its reconfiguration
@@ -70,7 +72,7 @@ func MetaCommand(args [][]byte) (MetaCmd, error) {
 	if !ok {
 		return c, slotsErrf("ERR unknown subcommand '%s' of KEFIR.SLOTS META (MAP, PLAN, CLAIM, DONE, ABORT, ADDNODE, REMOVENODE, SETMEMBERS, ADDGROUP, REMOVEGROUP, CHAINWANT)", strings.ToLower(sub))
 	}
-	longer := (sub == "CLAIM" && len(args) == 7) || ((sub == "DONE" || sub == "ABORT") && len(args) == 6)
+	longer := (sub == "CLAIM" && len(args) == 7) || ((sub == "DONE" || sub == "ABORT") && len(args) == 6) || (sub == "ADDNODE" && len(args) == 8)
 	if len(args) != n && !longer && !(sub == "MAP" && len(args) <= 7) && !((sub == "SETMEMBERS" || sub == "ADDGROUP" || sub == "CHAINWANT") && len(args) > n) {
 		return c, slotsErrf("ERR wrong number of arguments for 'kefir.slots|meta|%s' command", strings.ToLower(sub))
 	}
@@ -162,7 +164,20 @@ func MetaCommand(args [][]byte) (MetaCmd, error) {
 		if err != nil || id == 0 {
 			return c, slotsErrf("ERR KEFIR.SLOTS META ADDNODE: the node id must be a positive integer")
 		}
-		c.Op = kv.Op{Kind: kv.KindMapAddNode, Key: kv.AppendMapNode(nil, kv.MapNode{ID: id, ClientAddr: string(args[4]), PeerAddr: string(args[5])})}
+		nd := kv.MapNode{ID: id, ClientAddr: string(args[4]), PeerAddr: string(args[5])}
+		if len(args) == 8 {
+			if !strings.EqualFold(string(args[6]), "ZONE") {
+				return c, slotsErrf("ERR KEFIR.SLOTS META ADDNODE: %q where ZONE was expected", args[6])
+			}
+			// An empty zone would be no zone: sent without ZONE.
+			if nd.Zone = string(args[7]); nd.Zone == "" {
+				return c, slotsErrf("ERR KEFIR.SLOTS META ADDNODE: an empty zone (leave ZONE out for none)")
+			}
+			if err := kv.ValidZone(nd.Zone); err != nil {
+				return c, slotsErrf("ERR KEFIR.SLOTS META ADDNODE: %v", err)
+			}
+		}
+		c.Op = kv.Op{Kind: kv.KindMapAddNode, Key: kv.AppendMapAddNode(nil, nd)}
 	case "REMOVENODE":
 		id, err := u(3)
 		if err != nil || id == 0 {

@@ -280,6 +280,26 @@ type ClusterStatus struct {
 	// Leaders are the data groups' leaders' client addresses, by group id,
 	// as CLUSTER SLOTS at a node reports them ("": none known).
 	Leaders map[uint64]string `json:"leaders"`
+	// SharedZones are the groups (by id; the metadata group's too) whose
+	// members share a zone, each with SharedZones' account of it: a group
+	// that one zone's loss takes several replicas of (placement's
+	// fallback, or zones given after its placement).
+	SharedZones map[uint64]string `json:"shared_zones,omitempty"`
+}
+
+// GroupsSharingZones is ClusterStatus.SharedZones of cm (nil: no group
+// shares a zone); the HTTP status's cluster_map has it too.
+func GroupsSharingZones(cm *kv.ClusterMap) map[uint64]string {
+	var out map[uint64]string
+	for _, g := range mapGroups(cm) {
+		if s := SharedZones(cm, ChainWanted(g)); s != "" {
+			if out == nil {
+				out = map[uint64]string{}
+			}
+			out[g.ID] = s
+		}
+	}
+	return out
 }
 
 // Status returns the metadata group's map and each group's leader.
@@ -289,7 +309,7 @@ func (mv *Mover) Status(ctx context.Context) (ClusterStatus, error) {
 	if err != nil {
 		return ClusterStatus{}, err
 	}
-	st := ClusterStatus{Map: cm, MetaLeader: mv.answeredBy, Leaders: map[uint64]string{}}
+	st := ClusterStatus{Map: cm, MetaLeader: mv.answeredBy, Leaders: map[uint64]string{}, SharedZones: GroupsSharingZones(cm)}
 	v, err := mv.do(ctx, "CLUSTER", "SLOTS")
 	if err != nil {
 		return st, fmt.Errorf("cluster status: CLUSTER SLOTS: %w", err)
@@ -343,8 +363,13 @@ func (st ClusterStatus) String() string {
 	fmt.Fprintf(&b, "map epoch %d (metadata group led by %s)\n", cm.Epoch, st.MetaLeader)
 	fmt.Fprintf(&b, "nodes:\n")
 	for _, n := range cm.Nodes {
-		fmt.Fprintf(&b, "  %d  client %s  peer %s  %s\n", n.ID, n.ClientAddr, n.PeerAddr, nodeGroups(cm, n.ID))
+		zone := ""
+		if n.Zone != "" {
+			zone = "  zone " + n.Zone
+		}
+		fmt.Fprintf(&b, "  %d  client %s  peer %s%s  %s\n", n.ID, n.ClientAddr, n.PeerAddr, zone, nodeGroups(cm, n.ID))
 	}
+	shared := GroupsSharingZones(cm)
 	fmt.Fprintf(&b, "groups:\n")
 	for _, g := range cm.Groups {
 		n := 0
@@ -374,7 +399,14 @@ func (st ClusterStatus) String() string {
 				engine += fmt.Sprintf(" (dropped by failure: %v; kefir cluster replace-node --old N re-creates one elsewhere)", g.Dropped)
 			}
 		}
-		fmt.Fprintf(&b, "  %d  members %v%s  leader %s  slots %s (%d)\n", g.ID, g.Members, engine, leader, slots, n)
+		zones := ""
+		if s := shared[g.ID]; s != "" {
+			zones = "  REPLICAS SHARE A ZONE (" + s + ")"
+		}
+		fmt.Fprintf(&b, "  %d  members %v%s  leader %s  slots %s (%d)%s\n", g.ID, g.Members, engine, leader, slots, n, zones)
+	}
+	if s := shared[uint64(MetaGroupID)]; s != "" {
+		fmt.Fprintf(&b, "  the metadata group (members %v): REPLICAS SHARE A ZONE (%s)\n", cm.MetaMembers(), s)
 	}
 	if len(cm.Moves) == 0 {
 		fmt.Fprintf(&b, "moves in flight: none\n")
@@ -415,11 +447,17 @@ func nodeGroups(cm *kv.ClusterMap, id uint64) string {
 	return fmt.Sprintf("groups %v", in)
 }
 
-// AddNode records node id (client and peer addresses) in the metadata
-// group's map and returns the map's epoch after it.
-func (mv *Mover) AddNode(ctx context.Context, id uint64, clientAddr, peerAddr string) (uint64, error) {
+// AddNode records node id (client and peer addresses; zone, "" for none)
+// in the metadata group's map and returns the map's epoch after it. A
+// zone is sent only when given: an add without one is the command builds
+// before zones know.
+func (mv *Mover) AddNode(ctx context.Context, id uint64, clientAddr, peerAddr, zone string) (uint64, error) {
 	defer mv.close()
-	v, err := mv.do(ctx, "KEFIR.SLOTS", "META", "ADDNODE", strconv.FormatUint(id, 10), clientAddr, peerAddr)
+	args := []string{"KEFIR.SLOTS", "META", "ADDNODE", strconv.FormatUint(id, 10), clientAddr, peerAddr}
+	if zone != "" {
+		args = append(args, "ZONE", zone)
+	}
+	v, err := mv.do(ctx, args...)
 	if err != nil {
 		return 0, fmt.Errorf("add-node: %w", err)
 	}

@@ -687,6 +687,9 @@ type MultiMutations struct {
 	// group (TestPlacementMutations, vrshard
 	// TestMoveSimPlacedCatchesMutations).
 	PlaceIgnoresMembers atomic.Bool
+	// PlaceIgnoresZones: placement takes no account of the nodes' zones
+	// (the least loaded node, as before zones; TestPlaceZones).
+	PlaceIgnoresZones atomic.Bool
 }
 
 // MultiMut is the process's MultiMutations (tests only; read under mutation.On).

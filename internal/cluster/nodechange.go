@@ -81,7 +81,7 @@ func (c *NodeChange) logf(format string, a ...any) {
 func (c *NodeChange) Run(ctx context.Context, cm *kv.ClusterMap, plan []GroupChange) error {
 	cmd, mv := c.Cmd, c.Meta
 	for _, n := range c.NewNodes {
-		if _, err := mv.AddNode(ctx, n.ID, n.ClientAddr, n.PeerAddr); err != nil {
+		if _, err := mv.AddNode(ctx, n.ID, n.ClientAddr, n.PeerAddr, ""); err != nil {
 			return fmt.Errorf("%s: %w", cmd, err)
 		}
 	}

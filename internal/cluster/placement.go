@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/mutation"
@@ -20,6 +22,18 @@ import (
 // members (PlaceMembers) are placed by the same rule (placer). Live means
 // answering now: a node that waits to join (kefir server --join) does not
 // listen yet, so placement never chooses one (Silent names them).
+//
+// Failure domains first: a node may have a zone (kv.MapNode.Zone: a rack,
+// an availability zone), and a group whose replicas share one loses them
+// together. So placement takes, before any load, a node whose zone no
+// other member of the group has (the place's old node does not count: its
+// zone is the one to fill again); only when every live candidate's zone is
+// taken does it fall back to the least loaded of them all — a group in
+// fewer zones than its replicas is allowed (better than no replica), and
+// made visible (SharedZones: the commands and the repairer say so, kefir
+// cluster status flags the group). A node without a zone is a zone of its
+// own, unknown: it never shares one, so a map without zones places exactly
+// as before zones.
 
 // PlanReplacePlaced returns, for a cluster of several groups whose map is
 // cm, the groups to change to re-create node old's replicas on other nodes
@@ -54,6 +68,7 @@ func PlanReplacePlacedStep(cm *kv.ClusterMap, old uint64, live func(id uint64) b
 		return nil, fmt.Errorf("node %d is not a node of the cluster map (epoch %d)", old, cm.Epoch)
 	}
 	p := newPlacer(cm, func(id uint64) bool { return id != old && live(id) })
+	p.old = old
 	inData := slices.ContainsFunc(cm.Groups, func(g kv.MapGroup) bool { return hasPlaceOf(g, old) })
 	var out []GroupChange
 	for _, g := range mapGroups(cm) {
@@ -219,17 +234,21 @@ func ChainWanted(g kv.MapGroup) []uint64 {
 // placer is placement's rule over a map: the one copy PlanReplacePlaced,
 // PlaceGroup and PlaceMembers choose by.
 type placer struct {
-	nodes []uint64        // the map's nodes, in its order
-	load  map[uint64]int  // replicas a node hosts (or is joining), choices counted
-	data  map[uint64]bool // nodes in a data group, choices counted
-	up    map[uint64]bool // nodes live reports up
+	nodes []uint64          // the map's nodes, in its order
+	zone  map[uint64]string // the nodes' zones ("": none)
+	// old is the node whose places are re-created (PlanReplacePlaced): a
+	// member still, but its zone is the one to fill, not one taken.
+	old  uint64
+	load map[uint64]int  // replicas a node hosts (or is joining), choices counted
+	data map[uint64]bool // nodes in a data group, choices counted
+	up   map[uint64]bool // nodes live reports up
 }
 
 // newPlacer counts every group's members and a chain's joiners (the
 // metadata group's members too: its replicas are a node's load as much)
 // and asks live of each node of cm once.
 func newPlacer(cm *kv.ClusterMap, live func(id uint64) bool) *placer {
-	p := &placer{load: map[uint64]int{}, data: map[uint64]bool{}, up: map[uint64]bool{}}
+	p := &placer{load: map[uint64]int{}, data: map[uint64]bool{}, up: map[uint64]bool{}, zone: map[uint64]string{}}
 	for _, g := range mapGroups(cm) {
 		for _, id := range slices.Concat(g.Members, g.Joining) {
 			p.load[id]++
@@ -240,6 +259,7 @@ func newPlacer(cm *kv.ClusterMap, live func(id uint64) bool) *placer {
 	}
 	for _, n := range cm.Nodes {
 		p.nodes = append(p.nodes, n.ID)
+		p.zone[n.ID] = n.Zone
 		if live(n.ID) || (mutation.On && MultiMut.PlaceIgnoresLive.Load()) {
 			p.up[n.ID] = true
 		}
@@ -250,9 +270,11 @@ func newPlacer(cm *kv.ClusterMap, live func(id uint64) bool) *placer {
 // choose returns the node to add to group g (beside also, nodes chosen
 // for it already): up, not in g (nor joining or leaving it, for a chain)
 // nor in also, for the metadata group only a node in a data group (a node
-// hosts the metadata group only with one: PlanNodeChange), and hosting the
-// fewest replicas, ties to the lower id; 0 if none is. The choice is
-// counted: the next one sees it.
+// hosts the metadata group only with one: PlanNodeChange); of those, one
+// in a zone no member of g (as the map wants it: ChainWanted, but p.old)
+// nor of also is in, if there is one; then the one hosting the fewest
+// replicas, ties to the lower id; 0 if none is. The choice is counted: the
+// next one sees it.
 func (p *placer) choose(g kv.MapGroup, also []uint64) uint64 {
 	meta := g.ID == uint64(MetaGroupID)
 	in := func(id uint64) bool {
@@ -261,12 +283,24 @@ func (p *placer) choose(g kv.MapGroup, also []uint64) uint64 {
 		}
 		return slices.Contains(g.Members, id) || slices.Contains(g.Joining, id) || slices.Contains(g.Leaving, id) || slices.Contains(also, id)
 	}
+	taken := map[string]bool{}
+	for _, id := range slices.Concat(ChainWanted(g), also) {
+		if z := p.zone[id]; z != "" && id != p.old {
+			taken[z] = true
+		}
+	}
+	// shares: a candidate in a zone the group has; "" is no zone, never
+	// taken, so without zones every candidate is as good as before.
+	shares := func(id uint64) bool {
+		return taken[p.zone[id]] && !(mutation.On && MultiMut.PlaceIgnoresZones.Load())
+	}
 	best := uint64(0)
 	for _, id := range p.nodes {
 		if !p.up[id] || in(id) || (meta && !p.data[id]) {
 			continue
 		}
-		if best == 0 || p.load[id] < p.load[best] || (p.load[id] == p.load[best] && id < best) {
+		if best == 0 || shares(best) && !shares(id) ||
+			shares(best) == shares(id) && (p.load[id] < p.load[best] || (p.load[id] == p.load[best] && id < best)) {
 			best = id
 		}
 	}
@@ -311,4 +345,41 @@ func waitingNote(cm *kv.ClusterMap, live func(id uint64) bool) string {
 		return ""
 	}
 	return fmt.Sprintf("; nodes %v host no replica and do not answer (down, or not running: placement never chooses them)", ids)
+}
+
+// SharedZones says which zones more than one of members (nodes of cm) are
+// in, as "zone a: nodes 1, 4; zone b: ...", in zone order; "" if none is
+// (nodes without a zone never share one). A group in fewer zones than its
+// replicas loses several at once with one zone: placement avoids it when
+// it can and, when it cannot (placer.choose's fallback), the commands, the
+// repairer and kefir cluster status say so with this.
+func SharedZones(cm *kv.ClusterMap, members []uint64) string {
+	in := map[string][]uint64{}
+	for _, id := range members {
+		if i := slices.IndexFunc(cm.Nodes, func(n kv.MapNode) bool { return n.ID == id }); i >= 0 && cm.Nodes[i].Zone != "" {
+			in[cm.Nodes[i].Zone] = append(in[cm.Nodes[i].Zone], id)
+		}
+	}
+	var out []string
+	for _, z := range slices.Sorted(maps.Keys(in)) {
+		if ids := in[z]; len(ids) > 1 {
+			nodes := make([]string, len(ids))
+			for i, id := range ids {
+				nodes[i] = strconv.FormatUint(id, 10)
+			}
+			out = append(out, fmt.Sprintf("zone %s: nodes %s", z, strings.Join(nodes, ", ")))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// ZoneNote is what a placed change ch (planned on cm) adds to its
+// "placing ... on node N" line: "" when its members do not share a zone,
+// else the zones shared — placement's fallback when no live node of
+// another zone could take the place, made visible where it happens.
+func ZoneNote(cm *kv.ClusterMap, ch GroupChange) string {
+	if s := SharedZones(cm, ch.Members); s != "" {
+		return "; its members then share a zone (" + s + ")"
+	}
+	return ""
 }

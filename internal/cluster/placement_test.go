@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
@@ -514,5 +515,151 @@ func TestPlanReplaceDroppedChainMember(t *testing.T) {
 	}
 	if DroppedFrom(cm, 5) != nil {
 		t.Fatal("DroppedFrom after the replacement: want none")
+	}
+}
+
+// zonedNodes is placeNodes with zones: zones[i] is node i+1's ("" none).
+func zonedNodes(zones ...string) []kv.MapNode {
+	var ns []kv.MapNode
+	for i, z := range zones {
+		ns = append(ns, kv.MapNode{ID: uint64(i + 1), ClientAddr: "c", PeerAddr: "p", Zone: z})
+	}
+	return ns
+}
+
+// Placement by zones: a node in a zone the group does not have is taken
+// over a less loaded node in one it has; when every live node's zone is
+// taken the least loaded is taken anyway, and SharedZones names the zone
+// the group then has twice; a failed node's places are filled in its own
+// zone (the missing one), the metadata group's too. Under the
+// PlaceIgnoresZones mutation (placement as before zones) the check fails.
+func TestPlaceZones(t *testing.T) {
+	all := func(uint64) bool { return true }
+	check := func() string {
+		// Nodes 1-3 in zone a and idle; 4 in b, idle; 5 in b, 6 and 7 in
+		// c, each hosting two replicas (group 1 and the metadata group).
+		cm := &kv.ClusterMap{Epoch: 3, Nodes: zonedNodes("a", "a", "a", "b", "b", "c", "c"),
+			Groups: []kv.MapGroup{{ID: 1, Members: []uint64{5, 6, 7}}}, Meta: []uint64{5, 6, 7}, MetaEpoch: 1}
+		// 1 (a, idle), then 4 (b, idle), then 6 (c, two replicas, the
+		// lower id) rather than 2 or 3 (idle, but in a).
+		if ms, err := PlaceGroup(cm, 3, all); err != nil || !slices.Equal(ms, []uint64{1, 4, 6}) {
+			return fmt.Sprintf("PlaceGroup: %v %v, want [1 4 6]", ms, err)
+		}
+		// Five replicas on three zones: once every zone is taken, the
+		// fallback is the least loaded as before zones: 2, then 3 (idle).
+		ms, err := PlaceGroup(cm, 5, all)
+		if err != nil || !slices.Equal(ms, []uint64{1, 4, 6, 2, 3}) {
+			return fmt.Sprintf("PlaceGroup of 5: %v %v, want [1 4 6 2 3]", ms, err)
+		}
+		if s := SharedZones(cm, ms); s != "zone a: nodes 1, 2, 3" {
+			return fmt.Sprintf("SharedZones of %v: %q", ms, s)
+		}
+		// A group that gains a member: group 2 [1 4] (a, b) grows to 3.
+		cm2 := &kv.ClusterMap{Epoch: 3, Nodes: cm.Nodes, Groups: append(slices.Clone(cm.Groups), kv.MapGroup{ID: 2, Members: []uint64{1, 4}}),
+			Meta: cm.Meta, MetaEpoch: 1}
+		if ms, err := PlaceMembers(cm2, 2, 3, all); err != nil || !slices.Equal(ms, []uint64{6}) {
+			return fmt.Sprintf("PlaceMembers: %v %v, want [6]", ms, err)
+		}
+		// Node 3 (zone c) of group 1 [1 2 3] and of the metadata group
+		// [1 2 3] fails: node 4 (a) is idle, 5 (b) and 6, 7 (c) host
+		// group 2's replicas; group 1 takes 6 (c, the missing zone), the
+		// metadata group 7 (c, now the less loaded of the two).
+		cm3 := &kv.ClusterMap{Epoch: 5, Nodes: zonedNodes("a", "b", "c", "a", "b", "c", "c"),
+			Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 2, 3}}, {ID: 2, Members: []uint64{5, 6, 7}}}}
+		plan, err := PlanReplacePlaced(cm3, 3, all)
+		want := []GroupChange{{Group: 1, Members: []uint64{1, 2, 6}}, {Group: MetaGroupID, Members: []uint64{1, 2, 7}}}
+		if err != nil || !slices.EqualFunc(plan, want, func(a, b GroupChange) bool { return a.Group == b.Group && slices.Equal(a.Members, b.Members) }) {
+			return fmt.Sprintf("PlanReplacePlaced: %+v %v, want %+v", plan, err, want)
+		}
+		// The same with zone c down (6 and 7): the least loaded, 4 (a),
+		// which node 1 is in too — said by SharedZones.
+		plan, err = PlanReplacePlaced(cm3, 3, func(id uint64) bool { return id != 6 && id != 7 })
+		if err != nil || !slices.Equal(plan[0].Members, []uint64{1, 2, 4}) || SharedZones(cm3, plan[0].Members) != "zone a: nodes 1, 4" {
+			return fmt.Sprintf("PlanReplacePlaced with zone c down: %+v %v", plan, err)
+		}
+		return ""
+	}
+	if w := check(); w != "" {
+		t.Fatal(w)
+	}
+	if !mutation.On {
+		return
+	}
+	MultiMut.PlaceIgnoresZones.Store(true)
+	w := check()
+	MultiMut.PlaceIgnoresZones.Store(false)
+	if w == "" {
+		t.Fatal("PlaceIgnoresZones: not caught")
+	}
+	t.Logf("PlaceIgnoresZones caught: %s", w)
+}
+
+// A map whose nodes are each in a zone of their own places exactly as
+// the same map without zones — which places as before zones: the other
+// placement tests' expectations are the rule before zones, unchanged.
+func TestPlaceZonesNoneOrDistinctPlaceAsBefore(t *testing.T) {
+	rng := rand.New(rand.NewPCG(28, 35))
+	for trial := range 300 {
+		n := 3 + rng.IntN(6)
+		var ids []uint64
+		for i := range n {
+			ids = append(ids, uint64(i+1))
+		}
+		cm := &kv.ClusterMap{Epoch: 2, Nodes: placeNodes(ids...)}
+		for g := range 1 + rng.IntN(4) {
+			perm := rng.Perm(n)[:3]
+			cm.Groups = append(cm.Groups, kv.MapGroup{ID: uint64(g + 1), Members: []uint64{uint64(perm[0] + 1), uint64(perm[1] + 1), uint64(perm[2] + 1)}})
+		}
+		down := uint64(rng.IntN(n + 1)) // 0: all up
+		live := func(id uint64) bool { return id != down }
+		distinct := *cm
+		distinct.Nodes = slices.Clone(cm.Nodes)
+		for i := range distinct.Nodes {
+			distinct.Nodes[i].Zone = fmt.Sprintf("z%d", i)
+		}
+		old := cm.Groups[0].Members[0]
+		m := &distinct
+		a, errA := PlaceGroup(cm, 3, live)
+		b, errB := PlaceGroup(m, 3, live)
+		if !slices.Equal(a, b) || (errA == nil) != (errB == nil) {
+			t.Fatalf("trial %d: PlaceGroup %v %v, without zones %v %v", trial, b, errB, a, errA)
+		}
+		pa, errA := PlanReplacePlaced(cm, old, live)
+		pb, errB := PlanReplacePlaced(m, old, live)
+		if fmt.Sprint(pa) != fmt.Sprint(pb) || (errA == nil) != (errB == nil) {
+			t.Fatalf("trial %d: PlanReplacePlaced %v %v, without zones %v %v", trial, pb, errB, pa, errA)
+		}
+		ma, errA := PlaceMembers(cm, 1, 5, live)
+		mb, errB := PlaceMembers(m, 1, 5, live)
+		if !slices.Equal(ma, mb) || (errA == nil) != (errB == nil) {
+			t.Fatalf("trial %d: PlaceMembers %v %v, without zones %v %v", trial, mb, errB, ma, errA)
+		}
+	}
+}
+
+// kefir cluster status shows each node's zone and flags a group whose
+// replicas share one (the metadata group's too), and only such a group;
+// --json carries the same in shared_zones.
+func TestClusterStatusZones(t *testing.T) {
+	cm := &kv.ClusterMap{Epoch: 4, Nodes: zonedNodes("a", "a", "b", "c", ""), Groups: []kv.MapGroup{
+		{ID: 1, Members: []uint64{1, 3, 4}, Slots: []kv.SlotRange{{Start: 0, End: 99}}},
+		{ID: 2, Members: []uint64{2, 1, 5}, Slots: []kv.SlotRange{{Start: 100, End: kv.NumSlots - 1}}},
+	}}
+	st := (ClusterStatus{Map: cm}).String()
+	for _, want := range []string{
+		"  1  client c  peer p  zone a  groups [1 2] and the metadata group\n",
+		"  5  client c  peer p  groups [2]\n",
+		"slots 100-16383 (16284)  REPLICAS SHARE A ZONE (zone a: nodes 2, 1)\n",
+		"the metadata group (members [1 2 3]): REPLICAS SHARE A ZONE (zone a: nodes 1, 2)\n",
+	} {
+		if !strings.Contains(st, want) {
+			t.Errorf("status without %q:\n%s", want, st)
+		}
+	}
+	if strings.Count(st, "SHARE A ZONE") != 2 {
+		t.Errorf("status flags other groups:\n%s", st)
+	}
+	if z := GroupsSharingZones(cm); len(z) != 2 || z[2] == "" || z[uint64(MetaGroupID)] == "" {
+		t.Errorf("shared_zones %v, want groups 2 and 65535", z)
 	}
 }

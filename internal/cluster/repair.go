@@ -419,7 +419,7 @@ func (r *Repairer) Tick(ctx context.Context, cm *kv.ClusterMap) {
 // replace-node --old does, through mv (to the metadata group).
 func (r *Repairer) Repair(ctx context.Context, mv *Mover, cm *kv.ClusterMap, d RepairDecision) error {
 	for _, ch := range d.Plan {
-		r.logf("metadata: repair: node %d has not answered for %v: placing its replica of %s on node %d", d.Node, r.After, GroupName(ch.Group), PlacedOn(cm, ch, d.Node))
+		r.logf("metadata: repair: node %d has not answered for %v: placing its replica of %s on node %d%s", d.Node, r.After, GroupName(ch.Group), PlacedOn(cm, ch, d.Node), ZoneNote(cm, ch))
 	}
 	for _, s := range d.Skipped {
 		r.logf("metadata: repair: node %d: not repairing %s", d.Node, s)

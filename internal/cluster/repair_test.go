@@ -343,6 +343,42 @@ func TestRepairWatch(t *testing.T) {
 	if err := checkRepairDeadChainJoiner(); err != nil {
 		t.Fatal(err)
 	}
+	if err := checkRepairZones(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkRepairZones: the repair of a dead node re-creates its replicas in
+// its zone, the one its groups miss, over less loaded nodes of zones they
+// have. Zones a, b, c: group 1 [1 2 3], chain group 2 [1 2] (its master
+// dropped 3 already), group 3 [6 5 4], the metadata group [1 2 3]; node 3
+// (c) dies. Nodes 4 (a) and 5 (b) host one replica each, as 6 (c) does:
+// before zones, group 1 took 4 and the metadata group 5; now every group
+// takes 6, the one node of zone c.
+func checkRepairZones() error {
+	const after = time.Second
+	t0 := time.Unix(1000, 0)
+	cm := &kv.ClusterMap{Epoch: 3, Nodes: zonedNodes("a", "b", "c", "a", "b", "c"), Groups: []kv.MapGroup{
+		{ID: 1, Members: []uint64{1, 2, 3}, Slots: []kv.SlotRange{{Start: 0, End: kv.NumSlots - 1}}},
+		{ID: 2, Members: []uint64{1, 2}, Dropped: []uint64{3}, Engine: kv.EngineChain},
+		{ID: 3, Members: []uint64{6, 5, 4}},
+	}}
+	var w RepairWatch
+	probe(&w, t0, cm, 3)
+	d, ok, stuck := w.Due(t0.Add(after), cm, after)
+	if !ok || d.Node != 3 {
+		return fmt.Errorf("zones: node 3 not due: %+v %v (stuck %+v)", d, ok, stuck)
+	}
+	if len(d.Plan) != 3 || !slices.Equal(d.Plan[0].Members, []uint64{1, 2, 6}) || !slices.Equal(d.Plan[1].Join, []uint64{6}) ||
+		d.Plan[2].Group != MetaGroupID || !slices.Equal(d.Plan[2].Members, []uint64{1, 2, 6}) {
+		return fmt.Errorf("zones: node 3's plan %+v, want node 6 (zone c) in group 1, chain group 2 and the metadata group", d.Plan)
+	}
+	for _, ch := range d.Plan {
+		if note := ZoneNote(cm, ch); note != "" {
+			return fmt.Errorf("zones: %s's change %+v shares a zone: %s", GroupName(ch.Group), ch, note)
+		}
+	}
+	return nil
 }
 
 // checkRepairDeadChainJoiner: a node a chain wants in (the map's Joining)

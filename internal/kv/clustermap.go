@@ -62,8 +62,13 @@ import (
 //	KindMapMoveAbort  Key: as MoveDone: the move is dropped, From keeps
 //	                  the slots; the epoch becomes Epoch (the groups' tables
 //	                  went through it).
-//	KindMapAddNode    Key: a node. Added to the map (no group: it gets
-//	                  slots only by moves); the same node again is a no-op.
+//	KindMapAddNode    Key: a node (AppendMapAddNode: its id, addresses
+//	                  and zone, if it has one). Added to the map (no group:
+//	                  it gets slots only by moves); the same node again is
+//	                  a no-op; a node of the map at the same addresses
+//	                  with another zone (one given) gets that zone — how
+//	                  a node of the first map, which has no zones, gets
+//	                  one.
 //	                  The epoch goes up by one, unless a move is in flight
 //	                  (then it stays below the move's until MoveDone).
 //	                  With Cond MapNodeRemove, the node is taken out of
@@ -155,6 +160,25 @@ type ClusterMap struct {
 	RemovedNodes []uint64 `json:",omitempty"`
 }
 
+// MaxZoneLen bounds a node's zone (ValidZone).
+const MaxZoneLen = 64
+
+// ValidZone checks a node's failure domain label (kefir server --zone,
+// kefir cluster add-node --zone): a short name of printable ASCII without
+// spaces or commas, so that it reads in a status line and a flag's list
+// (kefir up --zones a,b,c) as it is. "" is no zone.
+func ValidZone(z string) error {
+	if len(z) > MaxZoneLen {
+		return fmt.Errorf("zone %.20q...: longer than %d bytes", z, MaxZoneLen)
+	}
+	for i := 0; i < len(z); i++ {
+		if c := z[i]; c <= ' ' || c > '~' || c == ',' {
+			return fmt.Errorf("zone %q: byte %d (%q) is not a printable ASCII character other than space and ','", z, i, c)
+		}
+	}
+	return nil
+}
+
 // MetaGroup is the metadata group's id (cluster.MetaGroupID): its members
 // are recorded by KindMapSetMembers of this group.
 const MetaGroup = 65535
@@ -209,11 +233,18 @@ func (m *ClusterMap) NodeIDs() []uint64 {
 	return ids
 }
 
-// MapNode is a node of the cluster: its id and addresses.
+// MapNode is a node of the cluster: its id and addresses, and its zone.
 type MapNode struct {
 	ID         uint64
 	ClientAddr string
 	PeerAddr   string
+	// Zone is the node's failure domain (kefir server --zone: a rack, a
+	// data centre's availability zone), "" when it has none: placement
+	// puts a group's replicas in distinct zones (internal/cluster,
+	// placement.go). Not in AppendMapNode's encoding (a group's address
+	// record shares it): the map's last section and AppendMapAddNode
+	// carry it.
+	Zone string `json:",omitempty"`
 }
 
 // MapGroup is a data group: its members (node ids, in leader order) and the
@@ -313,6 +344,9 @@ func (m *ClusterMap) Check() error {
 	nodes := map[uint64]bool{}
 	for _, n := range m.Nodes {
 		nodes[n.ID] = true
+		if err := ValidZone(n.Zone); err != nil {
+			return fmt.Errorf("cluster map: node %d: %v", n.ID, err)
+		}
 	}
 	for _, g := range m.Groups {
 		for _, id := range slices.Concat(g.Members, g.Joining, g.Leaving, g.Dropped) {
@@ -402,7 +436,14 @@ func AppendClusterMap(b []byte, m *ClusterMap) []byte {
 			dropped = append(dropped, g)
 		}
 	}
-	droppedOn := len(dropped) > 0 || len(m.RemovedNodes) > 0
+	var zoned []MapNode
+	for _, n := range m.Nodes {
+		if n.Zone != "" {
+			zoned = append(zoned, n)
+		}
+	}
+	removedNodesOn := len(m.RemovedNodes) > 0 || len(zoned) > 0
+	droppedOn := len(dropped) > 0 || removedNodesOn
 	markedOn := len(marked) > 0 || droppedOn
 	wantsOn := len(wants) > 0 || markedOn
 	chainsOn := len(chains) > 0 || wantsOn
@@ -475,9 +516,20 @@ func AppendClusterMap(b []byte, m *ClusterMap) []byte {
 	}
 	// Then the ids of the nodes taken out of the map, when there are any
 	// (a map that never lost a node encodes as before; one that has is
-	// not readable by a build before this section: the same rule).
-	if len(m.RemovedNodes) > 0 {
+	// not readable by a build before this section: the same rule). A
+	// count of 0: none, written only when zones follow.
+	if removedNodesOn {
 		b = appendIDs(b, m.RemovedNodes)
+	}
+	// Then the zones of the nodes that have one (id and zone, in node
+	// order), when one has: a map without zones encodes as before, one
+	// with them is not readable by a build before this section.
+	if len(zoned) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(zoned)))
+		for _, n := range zoned {
+			b = binary.AppendUvarint(b, n.ID)
+			b = AppendBytes(b, []byte(n.Zone))
+		}
 	}
 	return b
 }
@@ -628,8 +680,25 @@ func DecodeClusterMap(b []byte) (*ClusterMap, error) {
 			}
 			m.RemovedNodes = append(m.RemovedNodes, id)
 		}
+		if n == 0 && d.Err == nil && len(d.B) == 0 {
+			d.Err = ErrCorrupt // a count of 0 only before zones
+		}
+	}
+	if d.Err == nil && len(d.B) > 0 {
+		n := count()
+		last := -1
+		for range n {
+			id, zone := d.Uvarint(), string(d.Bytes())
+			i := slices.IndexFunc(m.Nodes, func(x MapNode) bool { return x.ID == id })
+			if d.Err == nil && (i <= last || zone == "" || ValidZone(zone) != nil) {
+				d.Err = ErrCorrupt // nodes of the map in order, each once, a valid zone
+			}
+			if d.Err == nil {
+				m.Nodes[i].Zone, last = zone, i
+			}
+		}
 		if n == 0 && d.Err == nil {
-			d.Err = ErrCorrupt // the last section: written only when it has an id
+			d.Err = ErrCorrupt // the last section: written only when a node has a zone
 		}
 	}
 	if d.Err != nil || len(d.B) != 0 {
@@ -638,11 +707,25 @@ func DecodeClusterMap(b []byte) (*ClusterMap, error) {
 	return m, nil
 }
 
-// AppendMapNode appends n's encoding (KindMapAddNode's Key) to b.
+// AppendMapNode appends n's id and addresses to b (in the map and a
+// group's address record; not its zone).
 func AppendMapNode(b []byte, n MapNode) []byte {
 	b = binary.AppendUvarint(b, n.ID)
 	b = AppendBytes(b, []byte(n.ClientAddr))
 	return AppendBytes(b, []byte(n.PeerAddr))
+}
+
+// AppendMapAddNode appends KindMapAddNode's Key to b: AppendMapNode, then
+// n's zone when it has one — a key without a zone is byte for byte a key
+// of the builds before zones, which refuse one with a zone (trailing
+// bytes): every metadata replica must run a build that knows zones
+// before a zone is given (docs/cluster.md).
+func AppendMapAddNode(b []byte, n MapNode) []byte {
+	b = AppendMapNode(b, n)
+	if n.Zone != "" {
+		b = AppendBytes(b, []byte(n.Zone))
+	}
+	return b
 }
 
 func decodeMapNode(d *Decoder) MapNode {
@@ -699,12 +782,20 @@ func removeNode(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 	return n, Result{Kind: ResInt, Int: int64(n.Epoch)}, nil
 }
 
-// DecodeMapNode decodes AppendMapNode's encoding, all of b.
+// DecodeMapNode decodes AppendMapAddNode's encoding, all of b.
 func DecodeMapNode(b []byte) (MapNode, error) {
 	d := Decoder{B: b}
 	n := decodeMapNode(&d)
+	if d.Err == nil && len(d.B) > 0 {
+		if n.Zone = string(d.Bytes()); d.Err == nil && n.Zone == "" {
+			d.Err = ErrCorrupt // written only when there is one
+		}
+	}
 	if d.Err != nil || len(d.B) != 0 || n.ID == 0 {
 		return MapNode{}, fmt.Errorf("%w: cluster map node", ErrCorrupt)
+	}
+	if err := ValidZone(n.Zone); err != nil {
+		return MapNode{}, fmt.Errorf("%w: cluster map node %d: %v", ErrCorrupt, n.ID, err)
 	}
 	return n, nil
 }
@@ -924,10 +1015,24 @@ func mapStep(m *ClusterMap, op *Op) (*ClusterMap, Result, error) {
 		}
 		i := slices.IndexFunc(m.Nodes, func(x MapNode) bool { return x.ID == nd.ID })
 		if i >= 0 {
-			if m.Nodes[i] == nd {
+			cur := m.Nodes[i]
+			if cur.ClientAddr != nd.ClientAddr || cur.PeerAddr != nd.PeerAddr {
+				return nil, Result{}, errMap("node %d is in the map with other addresses (%s, %s)", nd.ID, cur.ClientAddr, cur.PeerAddr)
+			}
+			if nd.Zone == "" || nd.Zone == cur.Zone {
+				// The same node again (a retry), or one without a zone: an
+				// add that names none leaves a zone the map has, so that a
+				// rerun of an add-node without --zone takes nothing away.
 				return nil, epoch, nil
 			}
-			return nil, Result{}, errMap("node %d is in the map with other addresses (%s, %s)", nd.ID, m.Nodes[i].ClientAddr, m.Nodes[i].PeerAddr)
+			// The node's zone, given or changed: placement reads it from
+			// here on (the replicas already placed stay where they are).
+			n := m.clone()
+			n.Nodes[i].Zone = nd.Zone
+			if len(n.Moves) == 0 {
+				n.Epoch++ // as an added node: pollers learn it
+			}
+			return n, Result{Kind: ResInt, Int: int64(n.Epoch)}, nil
 		}
 		if _, gone := slices.BinarySearch(m.RemovedNodes, nd.ID); gone {
 			return nil, Result{}, errMap("node %d was removed from the cluster, and a removed node's id is never used again: start the new node with another --id", nd.ID)

@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,7 +11,7 @@ import (
 
 func testMap() *ClusterMap {
 	return &ClusterMap{Epoch: 1,
-		Nodes: []MapNode{{1, "127.0.0.1:1", "127.0.0.1:11"}, {2, "127.0.0.1:2", "127.0.0.1:12"}, {3, "127.0.0.1:3", "127.0.0.1:13"}},
+		Nodes: []MapNode{{ID: 1, ClientAddr: "127.0.0.1:1", PeerAddr: "127.0.0.1:11"}, {ID: 2, ClientAddr: "127.0.0.1:2", PeerAddr: "127.0.0.1:12"}, {ID: 3, ClientAddr: "127.0.0.1:3", PeerAddr: "127.0.0.1:13"}},
 		Groups: []MapGroup{
 			{ID: 1, Members: []uint64{1, 2, 3}, Slots: []SlotRange{{0, 8191}}},
 			{ID: 2, Members: []uint64{2, 3, 1}, Slots: []SlotRange{{8192, 16383}}},
@@ -802,7 +803,7 @@ func TestMapRemembersTheChainsDroppedMembers(t *testing.T) {
 // written when it or a later one has something, decode to the same map in
 // every combination (and encode again to the same bytes).
 func TestClusterMapCodecOptionalSections(t *testing.T) {
-	for mask := range 128 {
+	for mask := range 256 {
 		c := testMap()
 		if mask&1 != 0 {
 			c.Groups[0].MemberEpoch = 3
@@ -830,6 +831,10 @@ func TestClusterMapCodecOptionalSections(t *testing.T) {
 			// Nodes taken out of the map: last of all.
 			c.RemovedNodes = []uint64{7, 12}
 		}
+		if mask&128 != 0 {
+			// Nodes' zones (not every node has one): last of all.
+			c.Nodes[0].Zone, c.Nodes[2].Zone = "eu-1a", "eu-1c"
+		}
 		enc := AppendClusterMap(nil, c)
 		got, err := DecodeClusterMap(enc)
 		if err != nil {
@@ -838,7 +843,8 @@ func TestClusterMapCodecOptionalSections(t *testing.T) {
 		if got.Groups[0].MemberEpoch != c.Groups[0].MemberEpoch || !slices.Equal(got.Meta, c.Meta) || got.MetaEpoch != c.MetaEpoch ||
 			!slices.Equal(got.Removed, c.Removed) || got.Groups[1].IsChain() != c.Groups[1].IsChain() || got.Groups[0].IsChain() ||
 			!slices.Equal(got.Groups[1].Joining, c.Groups[1].Joining) || !slices.Equal(got.Groups[1].Leaving, c.Groups[1].Leaving) ||
-			!slices.Equal(got.Groups[1].Dropped, c.Groups[1].Dropped) || !slices.Equal(got.RemovedNodes, c.RemovedNodes) {
+			!slices.Equal(got.Groups[1].Dropped, c.Groups[1].Dropped) || !slices.Equal(got.RemovedNodes, c.RemovedNodes) ||
+			!slices.Equal(got.Nodes, c.Nodes) {
 			t.Fatalf("mask %04b: round trip %+v, want %+v", mask, got, c)
 		}
 		if again := AppendClusterMap(nil, got); !slices.Equal(again, enc) {
@@ -948,7 +954,7 @@ func TestClusterMapRemoveNode(t *testing.T) {
 	m := mem{}
 	apply := applier(t, m)
 	initMap(t, apply)
-	for _, nd := range []MapNode{{4, "127.0.0.1:4", "127.0.0.1:14"}, {5, "127.0.0.1:5", "127.0.0.1:15"}} {
+	for _, nd := range []MapNode{{ID: 4, ClientAddr: "127.0.0.1:4", PeerAddr: "127.0.0.1:14"}, {ID: 5, ClientAddr: "127.0.0.1:5", PeerAddr: "127.0.0.1:15"}} {
 		if _, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, nd)}); err != nil {
 			t.Fatal(err)
 		}
@@ -975,7 +981,7 @@ func TestClusterMapRemoveNode(t *testing.T) {
 	if !slices.Equal(after.RemovedNodes, []uint64{5}) || after.Check() != nil {
 		t.Fatalf("removed nodes after removing node 5: %v (check %v)", after.RemovedNodes, after.Check())
 	}
-	for _, nd := range []MapNode{{5, "127.0.0.1:5", "127.0.0.1:15"}, {5, "127.0.0.1:55", "127.0.0.1:155"}} {
+	for _, nd := range []MapNode{{ID: 5, ClientAddr: "127.0.0.1:5", PeerAddr: "127.0.0.1:15"}, {ID: 5, ClientAddr: "127.0.0.1:55", PeerAddr: "127.0.0.1:155"}} {
 		if _, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, nd)}); !errors.Is(err, ErrSlotTransition) || !strings.Contains(err.Error(), "never used again") {
 			t.Fatalf("removed node 5 added again as %+v: %v", nd, err)
 		}
@@ -993,7 +999,7 @@ func TestClusterMapRemoveNode(t *testing.T) {
 	}
 	// A node a chain group is to add (Joining), not a member yet: refused
 	// too — its chain's master is about to join it.
-	if _, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, MapNode{6, "127.0.0.1:6", "127.0.0.1:16"})}); err != nil {
+	if _, err := apply(&Op{Kind: KindMapAddNode, Key: AppendMapNode(nil, MapNode{ID: 6, ClientAddr: "127.0.0.1:6", PeerAddr: "127.0.0.1:16"})}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := apply(&Op{Kind: KindMapAddGroup, Key: AppendMapAddGroup(nil, MapAddGroup{MapMembers: MapMembers{Group: 4, Members: []uint64{1, 2, 3}}, Engine: EngineChain})}); err != nil {
@@ -1034,5 +1040,98 @@ func TestClusterMapRemoveNode(t *testing.T) {
 	after = readMap(t, m)
 	if g, _ := after.Group(4); slices.Contains(after.NodeIDs(), 6) || len(g.Leaving) > 0 || after.Check() != nil {
 		t.Fatalf("after removing node 6: nodes %v, chain 4 %+v, check %v", after.NodeIDs(), g, after.Check())
+	}
+}
+
+// Maps and add-node keys written by a build before zones (these bytes are
+// that build's encodings of testMap, of it with removed nodes 7 and 12,
+// and of node 4's add) decode as they were, without zones, and a map or
+// key without zones encodes to the same bytes: the zones' section and a
+// key's zone are written only when a node has one, so a cluster that gives
+// none stays readable by the older build.
+func TestClusterMapZonesOlderEncodings(t *testing.T) {
+	const plain = "0103010b3132372e302e302e313a310c3132372e302e302e313a3131020b3132372e302e302e313a320c3132372e302e302e313a3132030b3132372e302e302e313a330c3132372e302e302e313a3133020103010203040100ff3f020302030105018040ff7f00"
+	const removed = plain + "0000000000000002070c"
+	for _, tc := range []struct {
+		hex  string
+		want *ClusterMap
+	}{{plain, testMap()}, {removed, func() *ClusterMap { c := testMap(); c.RemovedNodes = []uint64{7, 12}; return c }()}} {
+		b, _ := hex.DecodeString(tc.hex)
+		got, err := DecodeClusterMap(b)
+		if err != nil {
+			t.Fatalf("an older build's map: %v", err)
+		}
+		if !slices.Equal(got.Nodes, tc.want.Nodes) || !slices.Equal(got.RemovedNodes, tc.want.RemovedNodes) {
+			t.Fatalf("an older build's map decoded as %+v, want %+v", got, tc.want)
+		}
+		if again := AppendClusterMap(nil, got); !slices.Equal(again, b) {
+			t.Fatalf("a map without zones encodes as %x, the older build as %s", again, tc.hex)
+		}
+	}
+	key, _ := hex.DecodeString("040b3132372e302e302e313a340c3132372e302e302e313a3134")
+	nd := MapNode{ID: 4, ClientAddr: "127.0.0.1:4", PeerAddr: "127.0.0.1:14"}
+	if got, err := DecodeMapNode(key); err != nil || got != nd {
+		t.Fatalf("an older build's add-node key: %+v %v", got, err)
+	}
+	if b := AppendMapAddNode(nil, nd); !slices.Equal(b, key) {
+		t.Fatalf("an add-node key without a zone encodes as %x, the older build as %x", b, key)
+	}
+}
+
+// A node's zone: given with the add (kept in the map), given later for a
+// node of the map at the same addresses (set, the epoch moves), left out
+// by a rerun (kept); a bad zone is refused before anything changes, in a
+// key and in a map (Check, and the zones' section).
+func TestClusterMapNodeZone(t *testing.T) {
+	m := mem{}
+	apply := applier(t, m)
+	initMap(t, apply)
+	add := func(nd MapNode) (Result, error) {
+		return apply(&Op{Kind: KindMapAddNode, Key: AppendMapAddNode(nil, nd)})
+	}
+	zoneOf := func(id uint64) string {
+		cm := readMap(t, m)
+		i := slices.IndexFunc(cm.Nodes, func(n MapNode) bool { return n.ID == id })
+		return cm.Nodes[i].Zone
+	}
+	if _, err := add(MapNode{ID: 4, ClientAddr: "127.0.0.1:4", PeerAddr: "127.0.0.1:14", Zone: "b"}); err != nil || zoneOf(4) != "b" {
+		t.Fatalf("node 4 added in zone b: zone %q, %v", zoneOf(4), err)
+	}
+	// Node 1, of the first map (no zone), gets zone a.
+	before := readMap(t, m)
+	n1 := before.Nodes[0]
+	n1.Zone = "a"
+	if res, err := add(n1); err != nil || res.Int != int64(before.Epoch+1) || zoneOf(1) != "a" {
+		t.Fatalf("node 1's zone set: %+v %v, zone %q", res, err, zoneOf(1))
+	}
+	// A rerun, and an add without a zone, change nothing.
+	for _, nd := range []MapNode{n1, {ID: 1, ClientAddr: n1.ClientAddr, PeerAddr: n1.PeerAddr}} {
+		if res, err := add(nd); err != nil || res.Version != 0 || zoneOf(1) != "a" {
+			t.Fatalf("add of %+v again: %+v %v, zone %q", nd, res, err, zoneOf(1))
+		}
+	}
+	// Other addresses are refused, zone or not.
+	if _, err := add(MapNode{ID: 1, ClientAddr: "127.0.0.1:9", PeerAddr: n1.PeerAddr, Zone: "c"}); !errors.Is(err, ErrSlotTransition) || zoneOf(1) != "a" {
+		t.Fatalf("node 1 at other addresses: %v, zone %q", err, zoneOf(1))
+	}
+	// Bad zones.
+	for _, z := range []string{"eu 1", "a,b", "z\x00", "\u00e9t\u00e9", strings.Repeat("z", MaxZoneLen+1)} {
+		if err := ValidZone(z); err == nil {
+			t.Fatalf("zone %q passed ValidZone", z)
+		}
+		if _, err := add(MapNode{ID: 5, ClientAddr: "127.0.0.1:5", PeerAddr: "127.0.0.1:15", Zone: z}); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("node 5 added in zone %q: %v", z, err)
+		}
+		bad := testMap()
+		bad.Nodes[1].Zone = z
+		if bad.Check() == nil {
+			t.Fatalf("a map with zone %q passed Check", z)
+		}
+		if _, err := DecodeClusterMap(AppendClusterMap(nil, bad)); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("a map with zone %q decoded: %v", z, err)
+		}
+	}
+	if slices.Contains(readMap(t, m).NodeIDs(), 5) {
+		t.Fatal("a node with a bad zone was added")
 	}
 }

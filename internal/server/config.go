@@ -214,6 +214,11 @@ type Config struct {
 	// this long on live nodes (cluster.FollowConfig.RepairAfter; 0: no
 	// automatic repair; kefir server's default cluster.DefaultRepairAfter).
 	RepairAfter time.Duration
+	// Zone (a cluster of several groups) is this node's failure domain
+	// (kv.MapNode.Zone; "": none): the node records it in the map once it
+	// sees itself there (cluster.FollowConfig.Zone), and placement puts a
+	// group's replicas in distinct zones.
+	Zone string
 
 	// NoChainVersionQuery turns off a chain member's version query
 	// (--chain-version-query=false): a strong read of a key with a write in

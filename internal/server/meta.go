@@ -96,7 +96,7 @@ func (s *Server) startMetaFollower() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	s.metaStop = func() { cancel(); <-done }
-	fc := cluster.FollowConfig{Password: s.cfg.Password, RepairAfter: s.cfg.RepairAfter,
+	fc := cluster.FollowConfig{Password: s.cfg.Password, RepairAfter: s.cfg.RepairAfter, Zone: s.cfg.Zone,
 		Logf: func(format string, args ...any) { s.log.Info(fmt.Sprintf(format, args...), "component", "metadata") }}
 	// The resumer drives a move through the client ports, as kefir cluster
 	// move-slots does: this node's first.
@@ -202,6 +202,11 @@ type MetaStatus struct {
 	Nodes int          `json:"nodes"`
 	Moves []kv.MapMove `json:"moves_in_flight"`
 	Meta  *GroupStatus `json:"metadata_replica,omitempty"`
+	// Zones are the nodes' zones, by node id (those that have one), and
+	// SharedZones the groups whose replicas share one
+	// (cluster.GroupsSharingZones), as kefir cluster status shows them.
+	Zones       map[uint64]string `json:"zones,omitempty"`
+	SharedZones map[uint64]string `json:"shared_zones,omitempty"`
 }
 
 // metaStatus reports the map (nil: none followed yet).
@@ -213,7 +218,15 @@ func (s *Server) metaStatus() *MetaStatus {
 	if cm == nil {
 		return nil
 	}
-	out := &MetaStatus{Epoch: cm.Epoch, Nodes: len(cm.Nodes), Moves: cm.Moves}
+	out := &MetaStatus{Epoch: cm.Epoch, Nodes: len(cm.Nodes), Moves: cm.Moves, SharedZones: cluster.GroupsSharingZones(cm)}
+	for _, n := range cm.Nodes {
+		if n.Zone != "" {
+			if out.Zones == nil {
+				out.Zones = map[uint64]string{}
+			}
+			out.Zones[n.ID] = n.Zone
+		}
+	}
 	if out.Moves == nil {
 		out.Moves = []kv.MapMove{}
 	}

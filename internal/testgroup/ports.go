@@ -33,6 +33,11 @@ import (
 // at that moment (nothing else on the machine holds it). Without a usable range
 // (an ephemeral range that covers nearly every port) it falls back to the old
 // way: a port the kernel picked, checked against the ones handed out before.
+//
+// KEFIR_TEST_PORTS=LO-HI confines a test process to the whole blocks of
+// ports in [LO, HI] (a shared machine whose users each have a range, e.g.
+// 23400-23499): the same blocks and locks, but no fallback — a process that
+// needs more ports than the range has fails, saying so.
 const (
 	portBlock  = 100
 	portLowest = 20000 // below: well-known services' ports
@@ -79,6 +84,9 @@ func portRange() (lo, hi int) {
 
 func initPorts() {
 	ports.lo, ports.hi = portRange()
+	if lo, hi, ok := envPortRange(); ok {
+		ports.lo, ports.hi = lo, hi
+	}
 	ports.held, ports.foreign, ports.used = map[int]bool{}, map[int]bool{}, map[int]bool{}
 	if ports.hi == 0 {
 		return
@@ -90,6 +98,21 @@ func initPorts() {
 	if err := os.MkdirAll(dir, 0o777); err == nil {
 		ports.dir = dir
 	}
+}
+
+// envPortRange is KEFIR_TEST_PORTS's range, whole blocks only: [lo, hi).
+func envPortRange() (lo, hi int, ok bool) {
+	v := os.Getenv("KEFIR_TEST_PORTS")
+	if v == "" {
+		return 0, 0, false
+	}
+	a, b, found := strings.Cut(v, "-")
+	l, err1 := strconv.Atoi(a)
+	h, err2 := strconv.Atoi(b)
+	if !found || err1 != nil || err2 != nil || l%portBlock != 0 || h+1-l < portBlock || h > 65535 {
+		panic(fmt.Sprintf("testgroup: KEFIR_TEST_PORTS=%q: want LO-HI, LO a multiple of %d, at least one block of %d ports", v, portBlock, portBlock))
+	}
+	return l, l + (h+1-l)/portBlock*portBlock, true
 }
 
 // holdBlock reports whether this process holds the block of port p, taking it

@@ -164,7 +164,7 @@ func (c *simCluster) live(id uint64) bool {
 // production placement over the nodes' liveness, and the plan run as the
 // command runs it (placedRun).
 func (d *drainRun) placedJob(ctx context.Context, mv *kcluster.Mover) (any, error) {
-	if _, err := mv.AddNode(ctx, uint64(d.dead+1), nodeAddr(d.dead), fmt.Sprintf("peer%d", d.dead)); err != nil {
+	if _, err := mv.AddNode(ctx, uint64(d.dead+1), nodeAddr(d.dead), fmt.Sprintf("peer%d", d.dead), ""); err != nil {
 		return nil, err
 	}
 	cm, err := mv.MetaMap(ctx)

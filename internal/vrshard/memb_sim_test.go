@@ -424,7 +424,7 @@ func (r *replaceRun) next(now time.Duration) (*kcluster.Mover, moverJob) {
 		// first (ADDNODE: a no-op once there), then the group's
 		// reconfiguration, then its members (SETMEMBERS, compare-and-set
 		// by the group's VR epoch: a rerun's is a no-op).
-		if _, err := mv.AddNode(ctx, uint64(node+1), nodeAddr(node), fmt.Sprintf("peer%d", node)); err != nil {
+		if _, err := mv.AddNode(ctx, uint64(node+1), nodeAddr(node), fmt.Sprintf("peer%d", node), ""); err != nil {
 			return nil, err
 		}
 		gc, err := mv.ReconfigureGroup(ctx, g, cur.Epoch, ids)

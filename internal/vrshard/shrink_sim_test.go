@@ -156,7 +156,7 @@ func (r *shrinkRun) addMembers(ctx context.Context, mv *kcluster.Mover) error {
 			return err
 		}
 		for _, n := range unknown {
-			if _, err := mv.AddNode(ctx, n.ID, n.ClientAddr, n.PeerAddr); err != nil {
+			if _, err := mv.AddNode(ctx, n.ID, n.ClientAddr, n.PeerAddr, ""); err != nil {
 				return err
 			}
 		}

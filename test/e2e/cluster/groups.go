@@ -28,6 +28,13 @@ const groupsSecret = "e2e-groups-secret"
 // every node.
 func StartGroups(t testing.TB, nodes int, groups string, extra ...string) *Groups {
 	t.Helper()
+	return StartGroupsEach(t, nodes, groups, nil, extra...)
+}
+
+// StartGroupsEach is StartGroups with each node's own flags too: each(i)
+// for node i+1 (nil: none), e.g. its --zone.
+func StartGroupsEach(t testing.TB, nodes int, groups string, each func(i int) []string, extra ...string) *Groups {
+	t.Helper()
 	g := &Groups{t: t}
 	var ms []string
 	for i := range nodes {
@@ -36,9 +43,13 @@ func StartGroups(t testing.TB, nodes int, groups string, extra ...string) *Group
 		ms = append(ms, fmt.Sprintf("%d@%s/%s", i+1, n.PeerAddr, n.ClientAddr))
 	}
 	args := func(id int, bootstrap bool) []string {
-		return append([]string{"--members", strings.Join(ms, ","), "--groups", groups,
+		a := append([]string{"--members", strings.Join(ms, ","), "--groups", groups,
 			"--replica-id", strconv.Itoa(id), "--cluster-id", "4343", "--cluster-secret", groupsSecret,
 			"--bootstrap", strconv.FormatBool(bootstrap)}, extra...)
+		if each != nil {
+			a = append(a, each(id-1)...)
+		}
+		return a
 	}
 	for i, n := range g.Nodes {
 		n.Args = args(i+1, true)
