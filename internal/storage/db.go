@@ -298,7 +298,7 @@ func risingAbove(recs []Record, floor uint64) bool {
 func (db *DB) insertLocked(key []byte, v ver, now int64, h Hint) error {
 	p := db.idx.hinted(keyString(key), h)
 	if p == nil {
-		db.idx.insert(item{kref: db.idx.arena.add(key), v: v})
+		db.idx.insertHinted(item{kref: db.idx.arena.add(key), v: v}, h)
 		db.nvers++
 		return nil
 	}
