@@ -296,9 +296,12 @@ func (t *tree) Live() int     { return t.live }
 // WithMeta is the number of live keys whose newest version carries meta.
 func (t *tree) WithMeta() int { return t.withMeta }
 
-// metaness is 1 for a live item whose newest version carries meta.
+// metaness is 1 for a live item whose newest version carries meta. It and
+// liveness read the flags in place: ver's methods (value receivers) copied
+// the item's 32-byte ver to the stack at each call, six copies an update
+// (~35 instructions of every write; docs/design/hashes.md, "Session 36").
 func metaness(it *item) int {
-	if it.v.tombstone() || !it.v.counted() {
+	if it.v.flags&(verTombstone|verCounted) != verCounted {
 		return 0
 	}
 	return 1
@@ -307,7 +310,7 @@ func metaness(it *item) int {
 // liveness is 1 for an item a read finds (its newest version is not a
 // deletion), 0 for one that only remembers a deletion.
 func liveness(it *item) int {
-	if it.v.tombstone() {
+	if it.v.flags&verTombstone != 0 {
 		return 0
 	}
 	return 1

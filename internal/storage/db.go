@@ -1431,7 +1431,9 @@ func (db *DB) Probe(key []byte) (bool, Hint, error) {
 	// HSET; docs/design/hashes.md, "Session 35").
 	n, i, ok := db.idx.lookup(keyString(key))
 	h := db.idx.hintAt(n, i, ok)
-	live := ok && !n.items[i].v.tombstone()
+	// The flag read in place: tombstone's value receiver copied the item's
+	// 32-byte ver to the stack first.
+	live := ok && n.items[i].v.flags&verTombstone == 0
 	db.mu.RUnlock()
 	return live, h, nil
 }
