@@ -25,6 +25,19 @@ func BenchmarkReadCommand(b *testing.B) {
 			}
 		})
 	}
+	b.Run("HSET", func(b *testing.B) { // a pipelined HSET's: four short arguments
+		cmd := AppendCommand(nil, []byte("HSET"), []byte("myhash"), []byte("element:000000012345"), []byte("xxx"))
+		r := NewReader(&repeatReader{data: bytes.Repeat(cmd, 16)}, 0)
+		args := make([][]byte, 0, 8)
+		b.SetBytes(int64(len(cmd)))
+		b.ReportAllocs()
+		for b.Loop() {
+			var err error
+			if args, err = r.ReadCommand(args); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("inline/PING", func(b *testing.B) {
 		r := NewReader(&repeatReader{data: []byte("PING\r\n")}, 0)
 		var args [][]byte

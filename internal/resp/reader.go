@@ -334,35 +334,53 @@ func (r *Reader) ReadCommand(dst [][]byte) ([][]byte, error) {
 // its state kept in the Reader at every argument; docs/design/hashes.md,
 // "Pipelined, session 21").
 func (r *Reader) wholeCommand(dst [][]byte) ([][]byte, int) {
+	if r.maxLine < shortLenMaxLine {
+		return dst, 0
+	}
+	// The command's bytes must end within the limit: b ends there, so a
+	// command that does not is one not wholly buffered.
 	b := r.buf[r.r:r.w]
-	if len(b) == 0 || b[0] != '*' || r.maxLine < shortLenMaxLine {
+	b = b[:min(len(b), r.maxCmd)]
+	// The bytes at a header, eight of them loaded at once: a header of one or
+	// two digits, every short argument's, is read from them by two masked
+	// compares, where digitsCRLF's checks per byte took ~40 instructions a
+	// header (docs/design/hashes.md, "Session 35"). An argument's CRLF is
+	// checked in the load that reads the next header from the six bytes
+	// after it, a load and its bounds check less an argument (session 36).
+	// x is 0 where fewer bytes are left: digitsCRLF reads the header, and
+	// accepts the same (TestWholeCommandAgreesWithTheResumableParse).
+	var x uint64
+	if len(b) >= 8 {
+		x = binary.LittleEndian.Uint64(b)
+	}
+	var n int64
+	p := 0
+	if d := byte(x>>8) - '0'; x&0xffff00ff == 0x0a0d002a && d <= 9 { // "*d\r\n"
+		n, p, x = int64(d), 4, x>>32
+	} else {
+		if len(b) == 0 || b[0] != '*' {
+			return dst, 0
+		}
+		var ok bool
+		if n, p, ok = digitsCRLF(b, 1); !ok {
+			return dst, 0
+		}
+		x = 0
+	}
+	if n <= 0 || n > int64(r.maxArray) {
 		return dst, 0
 	}
-	n, p, ok := digitsCRLF(b, 1)
-	if !ok || n <= 0 || n > int64(r.maxArray) {
-		return dst, 0
-	}
-	lim := min(len(b), r.maxCmd) // where the command's bytes must end
-	for ; n > 0; n-- {
-		// A header of one or two digits, every short argument's, is read
-		// from one 8-byte load: digitsCRLF's checks per byte took ~40
-		// instructions a header, ~85 of a pipelined HSET's ~200 here
-		// (docs/design/hashes.md, "Session 35"). Anything else (or fewer
-		// than eight bytes left) takes digitsCRLF, which accepts the same
-		// (TestWholeCommandAgreesWithTheResumableParse).
+	for {
+		// x: the bytes at p, if at least four of them were loaded.
 		var l int64
 		q := 0
-		if len(b)-p >= 8 {
-			x := binary.LittleEndian.Uint64(b[p:])
-			d0, d1 := byte(x>>8)-'0', byte(x>>16)-'0'
-			switch {
-			case x&0xffff00ff == 0x0a0d0024 && d0 <= 9: // "$d\r\n"
-				l, q = int64(d0), p+4
-			case x&0xffff0000ff == 0x0a0d000024 && d0 <= 9 && d1 <= 9: // "$dd\r\n"
-				l, q = int64(d0)*10+int64(d1), p+5
-			}
-		}
-		if q == 0 {
+		d0, d1 := byte(x>>8)-'0', byte(x>>16)-'0'
+		switch {
+		case x&0xffff00ff == 0x0a0d0024 && d0 <= 9: // "$d\r\n"
+			l, q = int64(d0), p+4
+		case x&0xffff0000ff == 0x0a0d000024 && d0 <= 9 && d1 <= 9: // "$dd\r\n"
+			l, q = int64(d0)*10+int64(d1), p+5
+		default:
 			if p >= len(b) || b[p] != '$' {
 				return dst, 0
 			}
@@ -375,13 +393,24 @@ func (r *Reader) wholeCommand(dst [][]byte) ([][]byte, int) {
 			return dst, 0
 		}
 		end := q + int(l)
-		if end+2 > lim || binary.LittleEndian.Uint16(b[end:]) != 0x0a0d { // "\r\n"
-			return dst, 0
+		if end <= len(b)-8 {
+			x = binary.LittleEndian.Uint64(b[end:])
+			if uint16(x) != 0x0a0d { // "\r\n"
+				return dst, 0
+			}
+			x >>= 16 // the next header's bytes (or the next command's)
+		} else {
+			if end > len(b)-2 || binary.LittleEndian.Uint16(b[end:]) != 0x0a0d {
+				return dst, 0
+			}
+			x = 0
 		}
 		dst = append(dst, b[q:end:end])
 		p = end + 2
+		if n--; n == 0 {
+			return dst, p
+		}
 	}
-	return dst, p
 }
 
 // parseCommand advances the parse of the command starting at r.r as far as the

@@ -485,8 +485,42 @@ func TestWholeCommandAgreesWithTheResumableParse(t *testing.T) {
 		"*1\r\n$12\rx" + strings.Repeat("z", 12) + "\r\n",
 		"*2\r\n$12\r\n" + strings.Repeat("z", 12) + "\r\n$1\r\nab\r\n",
 		"*2\r\n$99\r\n" + strings.Repeat("z", 99) + "\r\n$0\r\n\r\n",
+		// The array's header in one load (session 36), malformed: a CR
+		// without its LF, a count that is not one digit.
+		"*1\rx$1\r\na\r\n",
+		"*1\n\r$1\r\na\r\n",
+		"*:\r\n" + strings.Repeat("$1\r\nz\r\n", 10),
+		"*/\r\n$1\r\na\r\n",
+		"*0\r\n$1\r\na\r\n",
+		"+1\r\n$1\r\na\r\n",
+		// An argument's CRLF read with the next header: broken, with the
+		// next header well-formed behind it; a CR or LF alone.
+		"*2\r\n$1\r\naxx$1\r\nc\r\n",
+		"*2\r\n$1\r\na\rx$1\r\nc\r\n",
+		"*2\r\n$1\r\na\n\r$1\r\nc\r\n",
+		"*3\r\n$1\r\na\r\n$2\r\nbc\r\r$1\r\nd\r\n",
+		"*3\r\n$1\r\na\r\n$12\r\n" + strings.Repeat("z", 12) + "\n\n$1\r\nd\r\n",
+		// A header of two digits first, after the array's: its five bytes
+		// are past what the array header's load holds.
+		"*2\r\n$10\r\n" + strings.Repeat("z", 10) + "\r\n$1\r\nd\r\n",
+		"*2\r\n$10\rx" + strings.Repeat("z", 10) + "\r\n$1\r\nd\r\n",
 	} {
 		in = "*1\r\n$1\r\na\r\n" + in + "*1\r\n$1\r\nb\r\n"
+		whole, split := read(in, false), read(in, true)
+		if !slices.Equal(whole, split) {
+			t.Fatalf("%q:\nwhole %q\nsplit %q", in, whole, split)
+		}
+	}
+	// Commands that end the buffered bytes, fewer than eight after their
+	// last argument (its CRLF read in a load of two), well-formed or not.
+	for _, in := range []string{
+		"*2\r\n$1\r\na\r\n$1\r\nb\r\n",
+		"*2\r\n$1\r\na\r\n$1\r\nbx\n",
+		"*2\r\n$1\r\na\r\n$1\r\nb\rx",
+		"*2\r\n$1\r\na\r\n$1\r\nb\r",
+		"*1\r\n$3\r\nabc\r\n*1\r\n",
+	} {
+		in = "*1\r\n$1\r\na\r\n" + in
 		whole, split := read(in, false), read(in, true)
 		if !slices.Equal(whole, split) {
 			t.Fatalf("%q:\nwhole %q\nsplit %q", in, whole, split)

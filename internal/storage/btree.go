@@ -47,14 +47,14 @@ type tree struct {
 
 // Hint is where a probe (DB.Probe) found a key's item: its leaf and index
 // there, and the leaf's change count (bnode.mods) then; or, for a key the
-// probe did not find, the leaf whose range holds it (index -1: hinted). A
-// writer that probes a key it is about to write (an HSET's field row) gives
-// the hint back with the key's record (Record.Hint), and the insert starts
-// from the item (or knows the key is new) instead of walking the tree
-// again. It is checked, not trusted: any change of the
-// leaf's list of items since (an insert or removal in it, a split, a share,
-// a move of items) changes mods, and the insert walks as without one. The
-// zero Hint is none.
+// probe did not find, the leaf whose range holds it and ^j, j the index its
+// item would take there. A writer that probes a key it is about to write (an
+// HSET's field row) gives the hint back with the key's record (Record.Hint),
+// and the insert starts from the item, or knows the key is new and puts it
+// in the leaf (hinted, insertHinted), instead of walking the tree again. It
+// is checked, not trusted: any change of the leaf's list of items since (an
+// insert or removal in it, a split, a share, a move of items) changes mods,
+// and the insert walks as without one. The zero Hint is none.
 //
 // It replaced the tree's 64 fingers, slots by a hash of the key that the
 // probe filled and the insert read back, each checked against its key
@@ -70,7 +70,7 @@ type Hint struct {
 }
 
 // findHint is get that also returns a hint to the item it finds, or, if
-// key has none, to the leaf key's item would go in (i -1).
+// key has none, to the leaf and index its item would take (i ^index).
 func (t *tree) findHint(key string) (*item, Hint) {
 	n, i, ok := t.lookup(key)
 	if !ok {
@@ -79,17 +79,18 @@ func (t *tree) findHint(key string) (*item, Hint) {
 	return &n.items[i], t.hintAt(n, i, ok)
 }
 
-// hintAt is the hint to what lookup returned.
+// hintAt is the hint to what lookup returned: for a key it did not find,
+// i is ^j, j the index its item would take (insertHinted).
 func (t *tree) hintAt(n *bnode, i int, ok bool) Hint {
 	if !ok {
-		i = -1
+		i = ^i
 	}
 	return Hint{t: t, leaf: n, i: int32(i), mods: n.mods}
 }
 
 // hinted is get of key starting from h, a hint that findHint returned for
 // key: while the leaf's list of items has not changed since (mods), its i-th
-// item is the one findHint found, key's, or key still has none (i -1). That
+// item is the one findHint found, key's, or key still has none (i < 0). That
 // holds because a key is only ever inserted into the leaf whose range holds
 // it (an insert counts in mods), and a leaf's range only shrinks when items
 // move out of it (a split, a share: counted too); an unlinked sibling's
@@ -107,6 +108,30 @@ func (t *tree) hinted(key string, h Hint) *item {
 		}
 	}
 	return t.get(key)
+}
+
+// insertHinted is insert of it, whose key must not be present, given h, a
+// hint findHint returned for its key: while the hint's leaf has not changed
+// (mods) and has room, the item goes in that leaf at the index the probe
+// found (i ^j), and the insert's descent from the root is not repeated.
+// That is what insert does then: the leaf is the one it descends to (as for
+// hinted: key's item would go in it), unchanged, so its search finds the
+// same index; and an insert into a leaf with room touches no inner node (a
+// full one splits or shares: insert's). A new field's row of a pipelined
+// HSET, ~300 instructions an insert (docs/design/hashes.md, "Session 36").
+// TestAbsentHintsAgainstModel.
+func (t *tree) insertHinted(it item, h Hint) {
+	n := h.leaf
+	if n == nil || h.t != t || n.mods != h.mods || h.i >= 0 || len(n.items) >= leafMax {
+		t.insert(it)
+		return
+	}
+	n.mods++ // items from the index on move
+	it.tag = t.fitLeaf(n, t.keyOf(&it))
+	n.items = insertAt(n.items, int(^h.i), it)
+	t.n++
+	t.live += liveness(&it)
+	t.withMeta += metaness(&it)
 }
 
 // bMax is the inner-node fanout. leafMax is chosen so a leaf's item array (48-byte
@@ -271,9 +296,12 @@ func (t *tree) Live() int     { return t.live }
 // WithMeta is the number of live keys whose newest version carries meta.
 func (t *tree) WithMeta() int { return t.withMeta }
 
-// metaness is 1 for a live item whose newest version carries meta.
+// metaness is 1 for a live item whose newest version carries meta. It and
+// liveness read the flags in place: ver's methods (value receivers) copied
+// the item's 32-byte ver to the stack at each call, six copies an update
+// (~35 instructions of every write; docs/design/hashes.md, "Session 36").
 func metaness(it *item) int {
-	if it.v.tombstone() || !it.v.counted() {
+	if it.v.flags&(verTombstone|verCounted) != verCounted {
 		return 0
 	}
 	return 1
@@ -282,7 +310,7 @@ func metaness(it *item) int {
 // liveness is 1 for an item a read finds (its newest version is not a
 // deletion), 0 for one that only remembers a deletion.
 func liveness(it *item) int {
-	if it.v.tombstone() {
+	if it.v.flags&verTombstone != 0 {
 		return 0
 	}
 	return 1

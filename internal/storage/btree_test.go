@@ -432,6 +432,17 @@ func TestHintedAgreesWithGet(t *testing.T) {
 	if got := tr.hinted(k, h); got != tr.get(k) {
 		t.Fatalf("hinted(%q) with another tree's hint = %p, get %p", k, got, tr.get(k))
 	}
+	// Nor does an insert follow it: the key goes in this tree's own leaf.
+	k2 := k + "x"
+	_, h = other.findHint(k2)
+	n := tr.n
+	tr.insertHinted(tr.newItem([]byte(k2), []ver{{version: 1}}), h)
+	if tr.get(k2) == nil || other.get(k2) != nil || tr.n != n+1 || other.n != 1 {
+		t.Fatalf("insertHinted(%q) with another tree's hint: in it %v, in the other %v", k2, tr.get(k2) != nil, other.get(k2) != nil)
+	}
+	if err := tr.check(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // An absent key's hint (findHint's i -1) answers "absent" only while the key
@@ -441,8 +452,10 @@ func TestHintedAgreesWithGet(t *testing.T) {
 // (unlinked: their ranges go to a neighbour; inner nodes emptied; the root
 // collapsing), in-order loads past the right end, inserts below the left
 // end; against a model (a map, and the scan's sorted keys: no key twice).
-// Each hint is then used as DB.insertLocked uses it: "absent" inserts, and
-// a wrong "absent" puts a second row of the key in the tree (or panics).
+// Each hint is then used as DB.insertLocked uses it: "absent" inserts from
+// the hint (insertHinted), and a wrong "absent" puts a second row of the key
+// in the tree (or panics); an insert into a wrong leaf or at a wrong index
+// leaves the key where get misses it, or out of order (check).
 // Fails if any leaf change a key's range depends on skips bnode.mods (an
 // insert into a leaf, a share's either side, a remove that may unlink it).
 func TestAbsentHintsAgainstModel(t *testing.T) {
@@ -459,7 +472,7 @@ func TestAbsentHintsAgainstModel(t *testing.T) {
 		loads := 0 // keys past every other: "\xff\xffkefir/z..." in order
 		lows := 0  // keys below every other, descending
 		var hints []held
-		absentHeld, absentUsed, maxHeight := 0, 0, 0
+		absentHeld, absentUsed, inLeaf, maxHeight := 0, 0, 0, 0
 		add := func(k string, v uint64) {
 			if !model[k] {
 				tr.insert(tr.newItem([]byte(k), []ver{{version: v}}))
@@ -547,10 +560,18 @@ func TestAbsentHintsAgainstModel(t *testing.T) {
 				hints = hints[:len(hints)-1]
 				if x.h.i < 0 && x.h.leaf.mods == x.h.mods {
 					absentUsed++
+					if len(x.h.leaf.items) < leafMax {
+						inLeaf++
+					}
 				}
 				if tr.hinted(x.k, x.h) == nil && !strings.HasPrefix(x.k, "\xff\xffkefir/z") { // (the loads' keys: in order)
-					tr.insert(tr.newItem([]byte(x.k), []ver{{version: v}}))
+					tr.insertHinted(tr.newItem([]byte(x.k), []ver{{version: v}}), x.h)
 					model[x.k] = true
+					// In its leaf, where get finds it, at its place (a wrong
+					// leaf or index: get misses it, or check below fails).
+					if p := tr.get(x.k); p == nil || tr.keyOf(p) != x.k {
+						t.Fatalf("seed %d step %d: %q inserted from hint %+v, get finds %p", seed, step, x.k, x.h, p)
+					}
 				}
 			}
 			height := 1
@@ -574,8 +595,10 @@ func TestAbsentHintsAgainstModel(t *testing.T) {
 				}
 			}
 		}
-		if absentHeld < 5000 || absentUsed < 300 || maxHeight < 3 {
-			t.Fatalf("seed %d: %d absent hints held, %d used, height up to %d: the test does not exercise them", seed, absentHeld, absentUsed, maxHeight)
+		if absentHeld < 5000 || absentUsed < 300 || inLeaf < 100 || maxHeight < 3 {
+			t.Fatalf("seed %d: %d absent hints held, %d used (%d inserted in their leaf), height up to %d: the test does not exercise them",
+				seed, absentHeld, absentUsed, inLeaf, maxHeight)
 		}
+		t.Logf("seed %d: %d absent hints used, %d inserted in their leaf", seed, absentUsed, inLeaf)
 	}
 }

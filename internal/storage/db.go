@@ -298,7 +298,7 @@ func risingAbove(recs []Record, floor uint64) bool {
 func (db *DB) insertLocked(key []byte, v ver, now int64, h Hint) error {
 	p := db.idx.hinted(keyString(key), h)
 	if p == nil {
-		db.idx.insert(item{kref: db.idx.arena.add(key), v: v})
+		db.idx.insertHinted(item{kref: db.idx.arena.add(key), v: v}, h)
 		db.nvers++
 		return nil
 	}
@@ -1431,7 +1431,9 @@ func (db *DB) Probe(key []byte) (bool, Hint, error) {
 	// HSET; docs/design/hashes.md, "Session 35").
 	n, i, ok := db.idx.lookup(keyString(key))
 	h := db.idx.hintAt(n, i, ok)
-	live := ok && !n.items[i].v.tombstone()
+	// The flag read in place: tombstone's value receiver copied the item's
+	// 32-byte ver to the stack first.
+	live := ok && n.items[i].v.flags&verTombstone == 0
 	db.mu.RUnlock()
 	return live, h, nil
 }

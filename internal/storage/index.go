@@ -46,7 +46,6 @@ const (
 
 func (v ver) tombstone() bool { return v.flags&verTombstone != 0 }
 func (v ver) hasMeta() bool   { return v.flags&verMeta != 0 }
-func (v ver) counted() bool   { return v.flags&verCounted != 0 }
 func (v ver) end() Pos        { return Pos(v.pos + uint64(v.size)) }
 
 // item is a key and its newest version, as a B+tree leaf holds it: 48 bytes, with no
