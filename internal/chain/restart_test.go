@@ -801,3 +801,64 @@ func TestPrecopyReplacesADivergedHistory(t *testing.T) {
 			len(want), FormatSeq(want[len(want)-1].Seq), h.members[2].sm.Read([]byte("k1")))
 	}
 }
+
+// TestRestartStaleRefusal: the member a whole-chain restart chose (3, 6
+// entries) crashed after it reported and came back with 5; the RESTART went
+// twice (a re-send) and was refused twice. The first refusal puts the chain
+// down, 3 reports its 5 — still the longest — and is chosen again, at a
+// newer epoch; the second refusal, of the first order, arrives before the
+// new order is taken. It must not refuse the new one: before review36a the
+// master went down again while 3 took the new order and became the chain,
+// and waited for a report of 3's that never came (an active member sends
+// none).
+func TestRestartStaleRefusal(t *testing.T) {
+	ids := []NodeID{1, 2, 3}
+	h := newHarness(ids, 3, 2, 0)
+	h.master.SetResend(2)
+	h.setup(SU, func(NodeID) Store { return Log })
+	putter(h)(6)
+	hist := map[NodeID][]Entry{}
+	for _, id := range ids {
+		hist[id] = h.members[id].History()
+		h.crash(id, true)
+	}
+	restart := func(id NodeID, log []Entry) bool {
+		c := h.config(id)
+		c.Log = log
+		m := NewMember(c, newKV())
+		h.members[id], h.all[id] = m, m
+		s := m.Status()
+		return h.master.Restarted(id, s.LU, s.Base+s.Log, false)
+	}
+	restart(1, hist[1][:4])
+	restart(2, hist[2][:4])
+	if !restart(3, hist[3]) || h.master.Members()[0] != 3 {
+		t.Fatalf("members %v: want the chain restarted from 3", h.master.Members())
+	}
+	h.crash(3, false)
+	restart(3, hist[3][:5])
+	h.collect()
+	h.mtick(3) // the RESTART again
+	to3, from3 := link{masterID, 3}, link{3, masterID}
+	for len(h.queues[to3]) > 0 {
+		h.deliver(to3)
+	}
+	if n := len(h.queues[from3]); n != 2 {
+		t.Fatalf("%d answers from 3, want its 2 refusals: %v", n, h.queues[from3])
+	}
+	h.deliver(from3)
+	if !h.master.Down() {
+		t.Fatal("the chain is not down after the refusal")
+	}
+	if !restart(3, hist[3][:5]) {
+		t.Fatal("the chain did not restart again once 3 reported")
+	}
+	h.collect()
+	h.stabilize() // the stale refusal first, then the new order
+	if s := h.members[3].Status(); h.master.Down() || s.State != Active || !slices.Equal(h.master.Members(), []NodeID{3}) {
+		t.Fatalf("master down %v, members %v; 3 %v at epoch %d: want the chain of 3, up", h.master.Down(), h.master.Members(), s.State, s.Epoch)
+	}
+	if h.err != nil {
+		t.Fatal(h.err)
+	}
+}
