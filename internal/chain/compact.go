@@ -255,9 +255,13 @@ func (m *Member) install(s *Snap, current bool) {
 	// A source sends a snapshot for a request after a number it does not
 	// hold (MsgPrecopyReq): a joiner whose history is not a prefix of the
 	// snapshot's — longer, or another update at its end — went another
-	// way, and what it holds is replaced, not continued.
+	// way, and what it holds is replaced, not continued. Its end is
+	// lastSeq, not a log entry: a history compacted to its end (a host's
+	// checkpoint with nothing after it) has its last number in its base,
+	// and one of the snapshot's length ending in another update joined as
+	// it was (review36a).
 	diverged := current && !unknown && s.N <= m.total() &&
-		(s.N < m.total() || s.N > m.base.n && s.Seq != 0 && m.log[s.N-m.base.n-1].Seq != s.Seq)
+		(s.N < m.total() || s.Seq != 0 && m.lastSeq() != s.Seq)
 	if s.N <= m.total() && !unknown && !diverged {
 		return // nothing new: the chunk's entries follow what it holds
 	}

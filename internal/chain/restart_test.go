@@ -862,3 +862,84 @@ func TestRestartStaleRefusal(t *testing.T) {
 		t.Fatal(h.err)
 	}
 }
+
+// divergedOldHead builds TestPrecopyReplacesADivergedHistory's chain on h:
+// 4 committed updates, 3 more its head 1 logged and never passed on; 1
+// crashes, and the repaired chain of 2 and 3 takes `after` updates,
+// numbered in a newer epoch. It returns the old head's history, which a
+// new member 1 restarts holding.
+func divergedOldHead(t *testing.T, h *harness, after int) []Entry {
+	t.Helper()
+	put := putter(h)
+	put(4)
+	for id := uint64(101); id <= 103; id++ {
+		h.master.Put(id, fmt.Appendf(nil, "k%d=old%d", id%5, id))
+		h.master.Forget(id)
+	}
+	h.collect()
+	for _, l := range []link{{masterID, 1}, {1, 1}} {
+		for len(h.queues[l]) > 0 {
+			h.deliver(l)
+		}
+	}
+	oldHead := slices.Clone(h.members[1].History())
+	if len(oldHead) != 7 {
+		t.Fatalf("the old head holds %d entries, want 7", len(oldHead))
+	}
+	h.crash(1, true)
+	h.stabilize()
+	put(after)
+	return oldHead
+}
+
+// joinDiverged joins m (1, restarted holding a diverged history) at
+// position 2, lets the join and two more updates run (with ticks: a paged
+// pre-copy's requests are paced), and checks that m ends up holding the
+// chain's history and state.
+func joinDiverged(t *testing.T, h *harness, m *Member) {
+	t.Helper()
+	h.members[1], h.all[1] = m, m
+	if err := h.master.Join(1, 2); err != nil {
+		t.Fatal(err)
+	}
+	h.collect()
+	for range 20 {
+		h.stabilize()
+		h.tick(1)
+	}
+	putter(h)(2)
+	if h.err != nil {
+		t.Fatal(h.err)
+	}
+	if ms := h.master.Members(); len(ms) != 3 {
+		t.Fatalf("members %v: want the old head joined", ms)
+	}
+	want := h.members[2].History()
+	s := m.Status()
+	if s.Base+s.Log != len(want) || m.lastSeq() != want[len(want)-1].Seq || s.Paged ||
+		string(m.sm.Read([]byte("k1"))) != string(h.members[2].sm.Read([]byte("k1"))) {
+		t.Fatalf("the joiner (%v, paged %v) holds %d entries ending %s, k1 = %q; the chain %d ending %s, k1 = %q",
+			s.State, s.Paged, s.Base+s.Log, FormatSeq(m.lastSeq()), m.sm.Read([]byte("k1")),
+			len(want), FormatSeq(want[len(want)-1].Seq), h.members[2].sm.Read([]byte("k1")))
+	}
+}
+
+// TestPrecopyReplacesADivergedCompactedHistory: the diverged joiner's host
+// compacted its whole history (a checkpoint at its end, no entry after it),
+// and the chain holds as many entries as it does, ending in another
+// update. install compared a log entry at the snapshot's length, which a
+// history compacted to its end does not have: the joiner kept its history
+// and joined with it — the invariant check: its history is not a prefix of
+// its predecessor's (review36a).
+func TestPrecopyReplacesADivergedCompactedHistory(t *testing.T) {
+	h := newHarness([]NodeID{1, 2, 3}, 3, 2, 0)
+	h.setup(SU, func(NodeID) Store { return Log })
+	oldHead := divergedOldHead(t, h, 3) // 4 + 3: as long as the old head's
+	c := h.config(1)
+	c.BaseN, c.BaseSeq = len(oldHead), oldHead[len(oldHead)-1].Seq
+	sm := newKV()
+	for _, e := range oldHead {
+		sm.Apply(e.Seq, e.Op)
+	}
+	joinDiverged(t, h, NewMember(c, sm))
+}
