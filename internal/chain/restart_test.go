@@ -943,3 +943,31 @@ func TestPrecopyReplacesADivergedCompactedHistory(t *testing.T) {
 	}
 	joinDiverged(t, h, NewMember(c, sm))
 }
+
+// TestPrecopyReplacesADivergedHistoryInPages: as
+// TestPrecopyReplacesADivergedHistory, the source's host sending its
+// snapshot in pages (a replica host's state machine, no Snapshotter). The
+// pages are the joiner's host's state from the first one on; the last
+// page's LU is the number the source pinned for the snapshot, not the
+// joiner's request, so the joiner did not count the answer as current and
+// kept its longer history over the pages' state (review36a): its host never
+// restored them, the flush was refused, and every join after ended the
+// same way. The whole snapshot from the host (pageLines 0) was replaced
+// already.
+func TestPrecopyReplacesADivergedHistoryInPages(t *testing.T) {
+	for _, lines := range []int{0, 1} {
+		t.Run(fmt.Sprintf("pageLines=%d", lines), func(t *testing.T) {
+			h := newHarness([]NodeID{1, 2, 3}, 3, 2, 0)
+			h.hostSnaps, h.pageLines = true, lines
+			h.setup(SU, func(NodeID) Store { return Log })
+			oldHead := divergedOldHead(t, h, 1)
+			c := h.config(1)
+			c.Log = oldHead
+			sm := h.newSM()
+			for _, e := range oldHead {
+				sm.Apply(e.Seq, e.Op) // its host's state, restarted
+			}
+			joinDiverged(t, h, NewMember(c, sm))
+		})
+	}
+}
