@@ -255,20 +255,34 @@ func (m *Member) install(s *Snap, current bool) {
 	// A source sends a snapshot for a request after a number it does not
 	// hold (MsgPrecopyReq): a joiner whose history is not a prefix of the
 	// snapshot's — longer, or another update at its end — went another
-	// way, and what it holds is replaced, not continued.
+	// way, and what it holds is replaced, not continued. Its end is
+	// lastSeq, not a log entry: a history compacted to its end (a host's
+	// checkpoint with nothing after it) has its last number in its base,
+	// and one of the snapshot's length ending in another update joined as
+	// it was (review36a).
 	diverged := current && !unknown && s.N <= m.total() &&
-		(s.N < m.total() || s.N > m.base.n && s.Seq != 0 && m.log[s.N-m.base.n-1].Seq != s.Seq)
-	if s.N <= m.total() && !unknown && !diverged {
+		(s.N < m.total() || s.Seq != 0 && m.lastSeq() != s.Seq)
+	// A joiner whose host took pages of a snapshot (paged) holds their
+	// state, not its history's, whatever the last page's N: the history is
+	// replaced too. The last page's LU names no request of the joiner's
+	// (the source pinned the snapshot's number at the first page), so a
+	// diverged joiner answered in pages is not current: before review36a
+	// its history stayed, the pages' state was never restored, and every
+	// join after ended the same way
+	// (TestPrecopyReplacesADivergedHistoryInPages).
+	paged := m.paged
+	if s.N <= m.total() && !unknown && !diverged && !paged {
 		return // nothing new: the chunk's entries follow what it holds
 	}
 	m.log = nil
 	m.base = base{n: s.N, seq: s.Seq, sum: s.Sum}
 	// A joining member's LU counts its temporary store too.
 	m.lu, m.persistReq, m.persisted, m.unbatched = max(m.lu, s.Seq), max(m.persistReq, s.Seq), max(m.persisted, s.Seq), 0
-	if diverged {
+	if diverged || paged {
 		// Its history went another way from the source's (the source did
-		// not hold its last update: MsgPrecopyReq): what it held past the
-		// snapshot is no one's, and its numbers must not hold LU up.
+		// not hold its last update: MsgPrecopyReq), or its state is the
+		// pages' (paged): what it held past the snapshot is no one's, and
+		// its numbers must not hold LU up.
 		m.lu, m.persistReq, m.persisted = s.Seq, s.Seq, s.Seq
 		if n := len(m.tmp); n > 0 {
 			m.lu = max(m.lu, m.tmp[n-1].Seq)

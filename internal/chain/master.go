@@ -573,7 +573,7 @@ func (m *Master) step(msg Msg) {
 		m.maybeFlush()
 	case MsgCRTailDone, MsgRestartDone:
 		if msg.Type == MsgRestartDone && msg.Refused {
-			m.restartRefused(msg.From)
+			m.restartRefused(msg.From, msg.Epoch)
 			return
 		}
 		m.answered(msg)
@@ -1048,9 +1048,15 @@ func (m *Master) restartOrder(n NodeID) Msg {
 // what it reported. The chain goes down again, waiting for the same
 // candidates, with every report but the refuser's, whose next heartbeat
 // reports what it holds now (Restarted); the restart is chosen again.
-func (m *Master) restartRefused(n NodeID) {
+// epoch is the refused order's: the refusal of an earlier RESTART (one
+// sent twice and refused twice, the second answer arriving after the
+// restart was chosen again, perhaps from the same member) refuses nothing
+// of the order under way. Before review36a it put the chain down again
+// while its member took the later order, and the master then waited for a
+// report from a member that was active (TestRestartStaleRefusal).
+func (m *Master) restartRefused(n NodeID, epoch uint64) {
 	d := m.restarting
-	if _, ok := m.awaiting[order{n, MsgRestart}]; !ok || d == nil || len(m.members) != 1 || m.members[0] != n {
+	if a, ok := m.awaiting[order{n, MsgRestart}]; !ok || epoch < a.epoch || d == nil || len(m.members) != 1 || m.members[0] != n {
 		return
 	}
 	m.restarting = nil

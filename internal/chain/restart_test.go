@@ -801,3 +801,173 @@ func TestPrecopyReplacesADivergedHistory(t *testing.T) {
 			len(want), FormatSeq(want[len(want)-1].Seq), h.members[2].sm.Read([]byte("k1")))
 	}
 }
+
+// TestRestartStaleRefusal: the member a whole-chain restart chose (3, 6
+// entries) crashed after it reported and came back with 5; the RESTART went
+// twice (a re-send) and was refused twice. The first refusal puts the chain
+// down, 3 reports its 5 — still the longest — and is chosen again, at a
+// newer epoch; the second refusal, of the first order, arrives before the
+// new order is taken. It must not refuse the new one: before review36a the
+// master went down again while 3 took the new order and became the chain,
+// and waited for a report of 3's that never came (an active member sends
+// none).
+func TestRestartStaleRefusal(t *testing.T) {
+	ids := []NodeID{1, 2, 3}
+	h := newHarness(ids, 3, 2, 0)
+	h.master.SetResend(2)
+	h.setup(SU, func(NodeID) Store { return Log })
+	putter(h)(6)
+	hist := map[NodeID][]Entry{}
+	for _, id := range ids {
+		hist[id] = h.members[id].History()
+		h.crash(id, true)
+	}
+	restart := func(id NodeID, log []Entry) bool {
+		c := h.config(id)
+		c.Log = log
+		m := NewMember(c, newKV())
+		h.members[id], h.all[id] = m, m
+		s := m.Status()
+		return h.master.Restarted(id, s.LU, s.Base+s.Log, false)
+	}
+	restart(1, hist[1][:4])
+	restart(2, hist[2][:4])
+	if !restart(3, hist[3]) || h.master.Members()[0] != 3 {
+		t.Fatalf("members %v: want the chain restarted from 3", h.master.Members())
+	}
+	h.crash(3, false)
+	restart(3, hist[3][:5])
+	h.collect()
+	h.mtick(3) // the RESTART again
+	to3, from3 := link{masterID, 3}, link{3, masterID}
+	for len(h.queues[to3]) > 0 {
+		h.deliver(to3)
+	}
+	if n := len(h.queues[from3]); n != 2 {
+		t.Fatalf("%d answers from 3, want its 2 refusals: %v", n, h.queues[from3])
+	}
+	h.deliver(from3)
+	if !h.master.Down() {
+		t.Fatal("the chain is not down after the refusal")
+	}
+	if !restart(3, hist[3][:5]) {
+		t.Fatal("the chain did not restart again once 3 reported")
+	}
+	h.collect()
+	h.stabilize() // the stale refusal first, then the new order
+	if s := h.members[3].Status(); h.master.Down() || s.State != Active || !slices.Equal(h.master.Members(), []NodeID{3}) {
+		t.Fatalf("master down %v, members %v; 3 %v at epoch %d: want the chain of 3, up", h.master.Down(), h.master.Members(), s.State, s.Epoch)
+	}
+	if h.err != nil {
+		t.Fatal(h.err)
+	}
+}
+
+// divergedOldHead builds TestPrecopyReplacesADivergedHistory's chain on h:
+// 4 committed updates, 3 more its head 1 logged and never passed on; 1
+// crashes, and the repaired chain of 2 and 3 takes `after` updates,
+// numbered in a newer epoch. It returns the old head's history, which a
+// new member 1 restarts holding.
+func divergedOldHead(t *testing.T, h *harness, after int) []Entry {
+	t.Helper()
+	put := putter(h)
+	put(4)
+	for id := uint64(101); id <= 103; id++ {
+		h.master.Put(id, fmt.Appendf(nil, "k%d=old%d", id%5, id))
+		h.master.Forget(id)
+	}
+	h.collect()
+	for _, l := range []link{{masterID, 1}, {1, 1}} {
+		for len(h.queues[l]) > 0 {
+			h.deliver(l)
+		}
+	}
+	oldHead := slices.Clone(h.members[1].History())
+	if len(oldHead) != 7 {
+		t.Fatalf("the old head holds %d entries, want 7", len(oldHead))
+	}
+	h.crash(1, true)
+	h.stabilize()
+	put(after)
+	return oldHead
+}
+
+// joinDiverged joins m (1, restarted holding a diverged history) at
+// position 2, lets the join and two more updates run (with ticks: a paged
+// pre-copy's requests are paced), and checks that m ends up holding the
+// chain's history and state.
+func joinDiverged(t *testing.T, h *harness, m *Member) {
+	t.Helper()
+	h.members[1], h.all[1] = m, m
+	if err := h.master.Join(1, 2); err != nil {
+		t.Fatal(err)
+	}
+	h.collect()
+	for range 20 {
+		h.stabilize()
+		h.tick(1)
+	}
+	putter(h)(2)
+	if h.err != nil {
+		t.Fatal(h.err)
+	}
+	if ms := h.master.Members(); len(ms) != 3 {
+		t.Fatalf("members %v: want the old head joined", ms)
+	}
+	want := h.members[2].History()
+	s := m.Status()
+	if s.Base+s.Log != len(want) || m.lastSeq() != want[len(want)-1].Seq || s.Paged ||
+		string(m.sm.Read([]byte("k1"))) != string(h.members[2].sm.Read([]byte("k1"))) {
+		t.Fatalf("the joiner (%v, paged %v) holds %d entries ending %s, k1 = %q; the chain %d ending %s, k1 = %q",
+			s.State, s.Paged, s.Base+s.Log, FormatSeq(m.lastSeq()), m.sm.Read([]byte("k1")),
+			len(want), FormatSeq(want[len(want)-1].Seq), h.members[2].sm.Read([]byte("k1")))
+	}
+}
+
+// TestPrecopyReplacesADivergedCompactedHistory: the diverged joiner's host
+// compacted its whole history (a checkpoint at its end, no entry after it),
+// and the chain holds as many entries as it does, ending in another
+// update. install compared a log entry at the snapshot's length, which a
+// history compacted to its end does not have: the joiner kept its history
+// and joined with it — the invariant check: its history is not a prefix of
+// its predecessor's (review36a).
+func TestPrecopyReplacesADivergedCompactedHistory(t *testing.T) {
+	h := newHarness([]NodeID{1, 2, 3}, 3, 2, 0)
+	h.setup(SU, func(NodeID) Store { return Log })
+	oldHead := divergedOldHead(t, h, 3) // 4 + 3: as long as the old head's
+	c := h.config(1)
+	c.BaseN, c.BaseSeq = len(oldHead), oldHead[len(oldHead)-1].Seq
+	sm := newKV()
+	for _, e := range oldHead {
+		sm.Apply(e.Seq, e.Op)
+	}
+	joinDiverged(t, h, NewMember(c, sm))
+}
+
+// TestPrecopyReplacesADivergedHistoryInPages: as
+// TestPrecopyReplacesADivergedHistory, the source's host sending its
+// snapshot in pages (a replica host's state machine, no Snapshotter). The
+// pages are the joiner's host's state from the first one on; the last
+// page's LU is the number the source pinned for the snapshot, not the
+// joiner's request, so the joiner did not count the answer as current and
+// kept its longer history over the pages' state (review36a): its host never
+// restored them, the flush was refused, and every join after ended the
+// same way. The whole snapshot from the host (pageLines 0) was replaced
+// already.
+func TestPrecopyReplacesADivergedHistoryInPages(t *testing.T) {
+	for _, lines := range []int{0, 1} {
+		t.Run(fmt.Sprintf("pageLines=%d", lines), func(t *testing.T) {
+			h := newHarness([]NodeID{1, 2, 3}, 3, 2, 0)
+			h.hostSnaps, h.pageLines = true, lines
+			h.setup(SU, func(NodeID) Store { return Log })
+			oldHead := divergedOldHead(t, h, 1)
+			c := h.config(1)
+			c.Log = oldHead
+			sm := h.newSM()
+			for _, e := range oldHead {
+				sm.Apply(e.Seq, e.Op) // its host's state, restarted
+			}
+			joinDiverged(t, h, NewMember(c, sm))
+		})
+	}
+}
