@@ -73,7 +73,12 @@ func LCS(args [][]byte, run Run) (Reply, error) {
 	if getLen && getIdx {
 		return nil, errorf("ERR If you want both the length and indexes, please just use IDX.")
 	}
-	res, err := run(kv.Op{Kind: kv.KindMGet, Keys: args[1:3]})
+	// Both keys in one read, strings only (ReturnOld): a key of another
+	// type is Redis's error, not an empty string.
+	res, err := run(kv.Op{Kind: kv.KindMGet, Keys: args[1:3], ReturnOld: true})
+	if errors.Is(err, kv.ErrWrongKind) {
+		return nil, errorf("ERR The specified keys must contain string values")
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -109,7 +109,9 @@ type Op struct {
 	Expected []byte
 	// Delta is INCRBY's increment.
 	Delta int64
-	// Cond and ReturnOld are SET's NX/XX and GET options.
+	// Cond and ReturnOld are SET's NX/XX and GET options. On KindMGet
+	// ReturnOld asks for strings only: a key of another type is
+	// ErrWrongKind rather than a nil (LCS's reads, as Redis's LCS answers).
 	Cond      Cond
 	ReturnOld bool
 	// End (exclusive; nil = unbounded) and Limit (pairs) bound a scan.

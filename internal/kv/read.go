@@ -75,7 +75,11 @@ func Read(get Getter, scan Scanner, op *Op, maxScan int) (Result, error) {
 			}
 			if op.Kind == KindMGet {
 				// MGET answers nil for a key of another type, as Redis does
-				// (data stays nil).
+				// (data stays nil: getUser's live non-string); LCS's read
+				// (ReturnOld) is refused, as Redis's LCS is.
+				if data == nil && op.ReturnOld {
+					return Result{}, ErrWrongKind
+				}
 				res.Array[i] = data
 			} else {
 				res.Int++

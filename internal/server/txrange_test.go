@@ -64,7 +64,7 @@ func TestExecRangeReadsMatchRedis(t *testing.T) {
 		// Reads only: a read (KindExecRO), the reader's scanner.
 		"MULTI", "KEYS *", "HGETALL h2", "SCAN 0 COUNT 1000", "DBSIZE", "TYPE h2", "GETRANGE s3 0 1", "EXEC",
 		"MULTI", "SET i 12345", "OBJECT ENCODING i", "SET i abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz", "OBJECT ENCODING i", "OBJECT ENCODING h2", "OBJECT REFCOUNT h2",
-		"SET l1 ohmytext", "SET l2 mynewtext", "LCS l1 l2", "LCS l1 l2 LEN", "LCS l1 l2 IDX MINMATCHLEN 2 WITHMATCHLEN", "DEL i l1 l2", "EXEC",
+		"SET l1 ohmytext", "SET l2 mynewtext", "LCS l1 l2", "LCS l1 l2 LEN", "LCS l1 l2 IDX MINMATCHLEN 2 WITHMATCHLEN", "LCS h2 l1", "LCS l1 h2 IDX", "EVAL return(redis.pcall('lcs','l1','h2')) 0", "DEL i l1 l2", "EXEC",
 		// A watch with range reads.
 		"WATCH s3", "MULTI", "KEYS s*", "DEL s3", "KEYS s*", "EXEC", "KEYS *",
 		// A transaction that deletes everything it can see.
