@@ -285,6 +285,16 @@ func TestChainMasterRestartLearnsTheChain(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // the master's 1 s failure timeout, then the repair
 	n3.Start()
 	g.rejoined(2)
+	// Joined by the master (its log says so within a second): n3 restarted
+	// and still waiting to be joined is no replica, which the restarted
+	// master would wait for (it forgot its configuration).
+	if !testgroup.Until(20*time.Second, 100*time.Millisecond, func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return strings.Contains(m.logs.String(), `members="1 3 2"`)
+	}) {
+		t.Fatal("the master never logged the chain n1-n3-n2")
+	}
 	_ = m.cmd.Process.Kill()
 	_ = m.cmd.Wait()
 	g.nodes[0].Kill()
