@@ -201,6 +201,11 @@ type mutations struct {
 	// silent through it may know a newer configuration, whose epochs the
 	// master then issues again.
 	learnEndsAtTimeout bool
+	// learnIgnoresRestarted: a restarted member's report teaches the
+	// learning nothing (Learner.Ahead; the code before chain548): one
+	// that acknowledged updates the running members never got is joined
+	// to them, and loses them.
+	learnIgnoresRestarted bool
 	// announceFirst sends a decision's messages before committing it to
 	// the metadata group.
 	announceFirst bool
@@ -379,11 +384,17 @@ type Learner struct {
 	at       map[chain.NodeID]uint64 // each member's own epoch, as reported
 	// need: every member of the configuration the learner started from
 	// and of every configuration it learnt since — the members it waits
-	// for (Waiting) unless forgone (Forgo). restarted: the members heard
-	// only as restarted (a "not a replica" heartbeat), for the log.
+	// for (Waiting) unless forgone (Forgo). lu: the last update each
+	// member running as a replica reported; restarted: the history's last
+	// (LU) each restarted member reported (a "not a replica" heartbeat),
+	// until it reports as a replica again (Ahead).
 	need      map[chain.NodeID]bool
 	forgone   map[chain.NodeID]bool
-	restarted map[chain.NodeID]bool
+	lu        map[chain.NodeID]uint64
+	restarted map[chain.NodeID]uint64
+	// ignoreRestarted (-tags mutations): a restarted member's report
+	// teaches nothing (Ahead is empty: the code before chain548).
+	ignoreRestarted bool
 	// sameEpoch (-tags mutations): Config's epoch is the highest reported
 	// even above the learnt configuration's (the code before review34c).
 	sameEpoch bool
@@ -396,7 +407,8 @@ func NewLearner(members []chain.NodeID) *Learner { return NewLearnerAt(members, 
 // master's record): only a newer one a member reports replaces it.
 func NewLearnerAt(members []chain.NodeID, epoch uint64) *Learner {
 	l := &Learner{members: slices.Clone(members), cfgEpoch: epoch, epoch: epoch, reported: map[chain.NodeID]uint64{},
-		at: map[chain.NodeID]uint64{}, need: map[chain.NodeID]bool{}, forgone: map[chain.NodeID]bool{}, restarted: map[chain.NodeID]bool{}}
+		at: map[chain.NodeID]uint64{}, need: map[chain.NodeID]bool{}, forgone: map[chain.NodeID]bool{},
+		lu: map[chain.NodeID]uint64{}, restarted: map[chain.NodeID]uint64{}}
 	for _, id := range members {
 		l.need[id] = true
 	}
@@ -411,14 +423,14 @@ func (l *Learner) Heard(hb chain.Msg) bool {
 		return false
 	}
 	if hb.Refused {
-		// A restarted member: it no longer knows the configuration it was
-		// in, so it does not end the wait for it (Waiting).
-		if _, ok := l.reported[hb.From]; !ok {
-			l.restarted[hb.From] = true
-		}
+		// A restarted member: it forgot the configuration it was in, but
+		// reports the history it holds, which Ahead compares.
+		delete(l.lu, hb.From)
+		l.restarted[hb.From] = hb.LU
 		return false
 	}
 	delete(l.restarted, hb.From)
+	l.lu[hb.From] = hb.LU
 	cfgEpoch := hb.Epoch
 	if hb.ID > 0 {
 		cfgEpoch = hb.ID - 1
@@ -458,21 +470,22 @@ func (l *Learner) Done() bool {
 	return len(l.Waiting()) == 0
 }
 
-// Waiting lists, in id order, the members the learning has not heard as
-// replicas and waits for: of the configuration it started from (the
-// configured chain) and of every one it learnt, silent or heard only as
-// restarted, and not forgone. Any of them may be the one member that knows
-// the chain's newest configuration — a lone member at an epoch the others
-// never heard of, which answered writes there (the host simulation's AUSI
-// D-D-M seed 548): a master that starts without it issues that epoch and
-// the ones below it again, and the chain takes other updates at the
-// numbers that member acknowledged. A restarted member does not end the
-// wait: it forgot its configuration and epoch (it reports its history
-// only).
+// Waiting lists, in id order, the members the learning has not heard from
+// and waits for: of the configuration it started from (the configured
+// chain) and of every one it learnt, silent, and not forgone. Any of them
+// may be the one member that knows the chain's newest configuration — a
+// lone member at an epoch the others never heard of, which answered writes
+// there (the host simulation's AUSI D-D-M seed 548): a master that starts
+// without it issues that epoch and the ones below it again, and the chain
+// takes other updates at the numbers that member acknowledged. A restarted
+// member heard is not waited for: it forgot its configuration, but what it
+// holds is what Ahead weighs.
 func (l *Learner) Waiting() []chain.NodeID {
 	var ids []chain.NodeID
 	for id := range l.need {
-		if _, ok := l.reported[id]; !ok && !l.forgone[id] {
+		_, replica := l.reported[id]
+		_, restarted := l.restarted[id]
+		if !replica && !restarted && !l.forgone[id] {
 			ids = append(ids, id)
 		}
 	}
@@ -480,15 +493,32 @@ func (l *Learner) Waiting() []chain.NodeID {
 	return ids
 }
 
-// Restarted lists, in id order, the members of Waiting heard only as
-// restarted.
-func (l *Learner) Restarted() []chain.NodeID {
+// Ahead lists, in id order, the restarted members (of the configured chain
+// or a learnt configuration) whose history ends above the last update of
+// every member running as a replica: each may be a member the others were
+// cut out of the chain by, which then acknowledged the updates past theirs
+// (sequence numbers are history order across epochs: a head numbers above
+// every earlier head, chain.Msg). The learnt configuration cannot be
+// trusted then — a master acting on it leases the members cut out, and
+// the restarted one is joined to them and loses those updates — so the
+// master restarts the whole chain instead (Master.learnt): it fails every
+// member, which makes the running ones report their histories as
+// restarted ones do, and restarts from the longest
+// (chain.Master.Restarted). None if no member is running (that is such a
+// restart already). A head's updates not passed on yet look the same and
+// cost the same restart: taking them as committed is a valid outcome.
+func (l *Learner) Ahead() []chain.NodeID {
+	if len(l.lu) == 0 || mutation.On && l.ignoreRestarted {
+		return nil
+	}
+	top := slices.Max(slices.Collect(maps.Values(l.lu)))
 	var ids []chain.NodeID
-	for _, id := range l.Waiting() {
-		if l.restarted[id] {
+	for id, lu := range l.restarted {
+		if l.need[id] && lu > top {
 			ids = append(ids, id)
 		}
 	}
+	slices.Sort(ids)
 	return ids
 }
 
@@ -499,11 +529,11 @@ func (l *Learner) Restarted() []chain.NodeID {
 // member that may hold its history has reported (chain.Master.Restarted).
 // Otherwise it goes on: a member heard is leased on what the learning
 // found, which a silent one may know to be stale. That is the price of a
-// master that keeps nothing: restarted with a member dead for good (or
-// restarted itself while the master was down), it waits for that member
-// or for the operator (Forgo: Master.RestartWithout).
+// master that keeps nothing: restarted with a member dead for good, or cut
+// off from it, it waits for that member or for the operator (Forgo:
+// Config.LearnWithout, Master.RestartWithout).
 func (l *Learner) Over() bool {
-	return len(l.Waiting()) == 0 || len(l.reported) == 0
+	return len(l.Waiting()) == 0 || len(l.lu) == 0
 }
 
 // Forgo stops waiting for member n (the operator's; Master.RestartWithout):
@@ -655,6 +685,7 @@ func newMaster(cfg Config, now func() time.Time) (*Master, error) {
 		seenJoin: map[uint64]bool{}, seenLeave: map[uint64]bool{}, filled: map[uint64]bool{}}
 	x.m = x.newCore(ids, 0)
 	x.learner.sameEpoch = mutation.On && cfg.mut.learnSameEpoch
+	x.learner.ignoreRestarted = mutation.On && cfg.mut.learnIgnoresRestarted
 	for _, id := range cfg.LearnWithout {
 		if x.learner.Forgo(chain.NodeID(id)) {
 			cfg.Logger.Warn("chain master: it learns the chain without a member (--learn-without): a configuration only it knew, and writes only it acknowledged, may be lost", "node", id)
@@ -1379,9 +1410,6 @@ func (x *Master) commit() bool {
 // learn takes a heartbeat while the master learns the chain, adopting a
 // newer configuration than its own (Learner).
 func (x *Master) learn(msg chain.Msg, now time.Time) {
-	if msg.Refused {
-		return // a joiner: joined once the master has learnt the chain
-	}
 	if x.learner.Heard(msg) {
 		members, epoch := x.learner.Config()
 		x.cfg.Logger.Warn("chain master: learnt a newer configuration", "from", uint64(msg.From), "epoch", epoch,
@@ -1394,7 +1422,11 @@ func (x *Master) learn(msg chain.Msg, now time.Time) {
 			}
 		}
 	}
-	x.heard[uint64(msg.From)] = now
+	if !msg.Refused {
+		// (A restarted member, or a joiner, is joined or failed once the
+		// master has learnt the chain.)
+		x.heard[uint64(msg.From)] = now
+	}
 	if x.learner.Done() {
 		x.learnt()
 	}
@@ -1403,7 +1435,21 @@ func (x *Master) learn(msg chain.Msg, now time.Time) {
 // learnt ends the learning: the master acts on its configuration.
 func (x *Master) learnt() {
 	x.below = x.learner.Unheard()
-	if !(mutation.On && x.cfg.mut.learntFailsLate) {
+	if ahead := x.learner.Ahead(); len(ahead) > 0 {
+		// The whole chain's restart (Learner.Ahead): every member failed,
+		// the running ones told so by their next heartbeat's answer (they
+		// rejoin, reporting their histories), and the chain restarts from
+		// the longest once every member has reported. The repair orders
+		// the failures made go to a chain that is down: dropped.
+		x.cfg.Logger.Warn("chain master: a restarted member holds updates past every running member's: the chain's configuration is not known; the whole chain restarts from the longest history",
+			"restarted", ahead, "members", x.m.Members())
+		for _, id := range x.m.Members() {
+			x.m.Fail(id)
+			delete(x.heard, uint64(id))
+			delete(x.progress, uint64(id))
+		}
+		x.m.Ready()
+	} else if !(mutation.On && x.cfg.mut.learntFailsLate) {
 		for _, id := range x.learner.Below() {
 			x.failBelow(id, x.learner.at[id])
 		}
@@ -1439,7 +1485,7 @@ func (x *Master) tick(now time.Time) {
 				x.waitLogged = true
 				x.cfg.Logger.Error("chain master: restarted with no record of the chain, it waits for every member to report as a replica before it acts: "+
 					"one that does not may hold a newer configuration, and writes only it acknowledged (docs/chain.md)",
-					"waiting for", x.learner.Waiting(), "restarted", x.learner.Restarted(), "members", x.m.Members(), "epoch", x.m.Epoch())
+					"waiting for", x.learner.Waiting(), "members", x.m.Members(), "epoch", x.m.Epoch())
 			}
 			x.flush()
 			return
