@@ -37,8 +37,8 @@ func runChainMaster(args []string, stderr io.Writer) error {
 	resendAfter := fs.Duration("resend-after", chainmaster.DefaultResendAfter, "An order to a member (a repair, a join's pre-copy, flush or truncation) unanswered this long is sent again (rounded up to heartbeat intervals of "+chainmaster.DefaultHeartbeat.String()+").")
 	chainMode := fs.String("chain-mode", "su", "The chain's update mode, as every member's --chain-mode (su, ausi or au): a member that runs another is refused.")
 	logLevel := fs.String("log-level", "info", "Log level: debug, info, warn, error.")
-	learnWithout := fs.String("learn-without", "", "Members (ids, comma-separated) not to wait for: a master starts with no record of the chain and acts only once every member has reported "+
-		"as a replica (one silent may hold a newer configuration, and writes only it acknowledged, which are then lost): name the members dead for good (docs/chain.md).")
+	learnWithout := fs.String("learn-without", "", "Members (ids, comma-separated) not to wait for: a master starts with no record of the chain and acts only once it has heard "+
+		"every member (one silent may hold a newer configuration, and writes only it acknowledged, which are then lost): name the members dead for good (docs/chain.md).")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -39,15 +39,18 @@
 //     Learner.Unheard); it ends early once every member of the
 //     configuration it holds has reported none newer. It does not end, even
 //     after FailAfter, while a member of the configured chain or of a
-//     learnt configuration has not reported as a replica (Learner.Waiting):
-//     that member may be the only one that knows the newest configuration
-//     — a lone member that answered writes at an epoch the others never
-//     heard of — and a master acting without it would issue that epoch
-//     again (the host simulation's AUSI D-D-M seed 548). A restarted member
-//     forgot its configuration and does not end the wait; the operator
-//     can (Config.LearnWithout, RestartWithout). The learning ends after
-//     FailAfter too if no member reported as a replica at all: the whole
-//     chain's restart, which waits for every member's report itself. Its
+//     learnt configuration is silent (Learner.Waiting): that member may be
+//     the only one that knows the newest configuration — a lone member
+//     that answered writes at an epoch the others never heard of — and a
+//     master acting without it would issue that epoch again (the host
+//     simulation's AUSI D-D-M seed 548). The operator can end the wait
+//     (Config.LearnWithout, RestartWithout). A restarted member forgot its
+//     configuration but reports its history: one holding updates past
+//     every running member's (Learner.Ahead) makes the master restart the
+//     whole chain from the longest history rather than trust what it
+//     learnt. The learning ends after FailAfter too if no member reported
+//     as a replica at all: the whole chain's restart, which waits for
+//     every member's report itself. Its
 //     orders then carry an epoch above every member's it heard. The
 //     members refuse a repair order or a heartbeat answer from an epoch
 //     below their own, so a master still holding a stale configuration
@@ -1063,7 +1066,7 @@ func (x *Master) learnWithout(ids []uint64) (string, error) {
 		x.cfg.Logger.Warn("chain master: the operator ends the learning without a member: a configuration only it knew, and writes only it acknowledged, may be lost", "node", id)
 	}
 	if w := x.learner.Waiting(); len(w) > 0 {
-		return fmt.Sprintf("the master still waits for %v to report as replicas before it acts", w), nil
+		return fmt.Sprintf("the master still waits to hear %v before it acts", w), nil
 	}
 	if !x.learner.Done() && x.now().Before(x.learnUntil) {
 		return fmt.Sprintf("the master acts without %v once its learning time is up; the writes acknowledged by %v alone are lost if they held any", ids, ids), nil
@@ -1483,8 +1486,8 @@ func (x *Master) tick(now time.Time) {
 			if !x.waitLogged {
 				// Said once: the chain serves nothing until it ends.
 				x.waitLogged = true
-				x.cfg.Logger.Error("chain master: restarted with no record of the chain, it waits for every member to report as a replica before it acts: "+
-					"one that does not may hold a newer configuration, and writes only it acknowledged (docs/chain.md)",
+				x.cfg.Logger.Error("chain master: restarted with no record of the chain, it waits to hear every member before it acts: "+
+					"a silent one may hold a newer configuration, and writes only it acknowledged (kefir chain-master --learn-without; docs/chain.md)",
 					"waiting for", x.learner.Waiting(), "members", x.m.Members(), "epoch", x.m.Epoch())
 			}
 			x.flush()
