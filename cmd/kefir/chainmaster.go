@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,6 +37,8 @@ func runChainMaster(args []string, stderr io.Writer) error {
 	resendAfter := fs.Duration("resend-after", chainmaster.DefaultResendAfter, "An order to a member (a repair, a join's pre-copy, flush or truncation) unanswered this long is sent again (rounded up to heartbeat intervals of "+chainmaster.DefaultHeartbeat.String()+").")
 	chainMode := fs.String("chain-mode", "su", "The chain's update mode, as every member's --chain-mode (su, ausi or au): a member that runs another is refused.")
 	logLevel := fs.String("log-level", "info", "Log level: debug, info, warn, error.")
+	learnWithout := fs.String("learn-without", "", "Members (ids, comma-separated) not to wait for: a master starts with no record of the chain and acts only once it has heard "+
+		"every member (one silent may hold a newer configuration, and writes only it acknowledged, which are then lost): name the members dead for good (docs/chain.md).")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -48,6 +51,17 @@ func runChainMaster(args []string, stderr io.Writer) error {
 	}
 	if *self == 0 || *peerAddr == "" || len(ms) == 0 || *secret == "" {
 		return usageError{errors.New("--id, --peer-addr, --members and --cluster-secret are required")}
+	}
+	var without []uint64
+	for _, f := range strings.Split(*learnWithout, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		id, err := strconv.ParseUint(f, 10, 64)
+		if err != nil || !slices.ContainsFunc(ms, func(m server.Member) bool { return m.ID == id }) {
+			return usageError{fmt.Errorf("--learn-without %q: not a member id of --members", f)}
+		}
+		without = append(without, id)
 	}
 	mode, err := chain.ParseMode(*chainMode)
 	if err != nil {
@@ -74,7 +88,8 @@ func runChainMaster(args []string, stderr io.Writer) error {
 	if _, err := tr.Listen(*peerAddr); err != nil {
 		return fmt.Errorf("peer listener on %s: %w", *peerAddr, err)
 	}
-	m, err := chainmaster.Start(chainmaster.Config{Self: *self, Members: ids, Transport: tr, FailAfter: *failAfter, ResendAfter: *resendAfter, Logger: log, Mode: mode})
+	m, err := chainmaster.Start(chainmaster.Config{Self: *self, Members: ids, Transport: tr, FailAfter: *failAfter, ResendAfter: *resendAfter, Logger: log, Mode: mode,
+		LearnWithout: without})
 	if err != nil {
 		return err
 	}

@@ -37,12 +37,26 @@
 //     above it if no member reported the configuration of that epoch,
 //     failing the members below it rather than leasing them:
 //     Learner.Unheard); it ends early once every member of the
-//     configuration it holds has reported none newer. Its orders then
-//     carry an epoch above every member's it heard. The members refuse a repair order or a heartbeat
-//     answer from an epoch below their own, so a master still holding a
-//     stale configuration can neither rewire the chain nor grant a lease.
-//     (Residual: a configuration only unheard members know — every member
-//     that knows it silent for FailAfter — is not learnt.) Replicating the
+//     configuration it holds has reported none newer. It does not end, even
+//     after FailAfter, while a member of the configured chain or of a
+//     learnt configuration is silent (Learner.Waiting): that member may be
+//     the only one that knows the newest configuration — a lone member
+//     that answered writes at an epoch the others never heard of — and a
+//     master acting without it would issue that epoch again (the host
+//     simulation's AUSI D-D-M seed 548). The operator can end the wait
+//     (Config.LearnWithout, RestartWithout). A restarted member forgot its
+//     configuration but reports its history: one holding updates past
+//     every running member's (Learner.Ahead) makes the master restart the
+//     whole chain from the longest history rather than trust what it
+//     learnt. The learning ends after FailAfter too if no member reported
+//     as a replica at all: the whole chain's restart, which waits for
+//     every member's report itself. Its
+//     orders then carry an epoch above every member's it heard. The
+//     members refuse a repair order or a heartbeat answer from an epoch
+//     below their own, so a master still holding a stale configuration
+//     can neither rewire the chain nor grant a lease. (Residual: a
+//     configuration only members the operator forgoes, or nodes outside
+//     every configuration heard, know is not learnt.) Replicating the
 //     master is the metadata group's job: see "Hosted by the metadata
 //     group" below.
 //
@@ -158,6 +172,12 @@ type Config struct {
 	// (vrshard's chain core). Every answer carries the mode.
 	Mode chain.Mode
 
+	// LearnWithout: members a standalone master does not wait for as it
+	// learns the chain (Learner.Forgo; kefir chain-master --learn-without):
+	// the operator's word that they are dead for good, given before it
+	// starts. RestartWithout says the same to a master learning already.
+	LearnWithout []uint64
+
 	mut mutations // deliberate bugs for tests
 }
 
@@ -179,6 +199,16 @@ type mutations struct {
 	// on their next heartbeat, after it may have answered the others with
 	// a configuration listing them (learnt, the code before review35a).
 	learntFailsLate bool
+	// learnEndsAtTimeout: a standalone master's learning ends after
+	// FailAfter whoever it heard (the code before chain548): a member
+	// silent through it may know a newer configuration, whose epochs the
+	// master then issues again.
+	learnEndsAtTimeout bool
+	// learnIgnoresRestarted: a restarted member's report teaches the
+	// learning nothing (Learner.Ahead; the code before chain548): one
+	// that acknowledged updates the running members never got is joined
+	// to them, and loses them.
+	learnIgnoresRestarted bool
 	// announceFirst sends a decision's messages before committing it to
 	// the metadata group.
 	announceFirst bool
@@ -260,6 +290,8 @@ type Master struct {
 	heard map[uint64]time.Time
 	lost  bool // "the chain is down" was logged
 	paged bool // "every member that may hold it is paged" was logged
+	// waitLogged: "the learning waits for members" was logged.
+	waitLogged bool
 	// refused: nodes left out of a whole-chain restart whose join was
 	// refused (chain.ForgoneError) and logged.
 	refused map[uint64]bool
@@ -353,6 +385,19 @@ type Learner struct {
 	epoch    uint64 // the highest any member reported
 	reported map[chain.NodeID]uint64
 	at       map[chain.NodeID]uint64 // each member's own epoch, as reported
+	// need: every member of the configuration the learner started from
+	// and of every configuration it learnt since — the members it waits
+	// for (Waiting) unless forgone (Forgo). lu: the last update each
+	// member running as a replica reported; restarted: the history's last
+	// (LU) each restarted member reported (a "not a replica" heartbeat),
+	// until it reports as a replica again (Ahead).
+	need      map[chain.NodeID]bool
+	forgone   map[chain.NodeID]bool
+	lu        map[chain.NodeID]uint64
+	restarted map[chain.NodeID]uint64
+	// ignoreRestarted (-tags mutations): a restarted member's report
+	// teaches nothing (Ahead is empty: the code before chain548).
+	ignoreRestarted bool
 	// sameEpoch (-tags mutations): Config's epoch is the highest reported
 	// even above the learnt configuration's (the code before review34c).
 	sameEpoch bool
@@ -364,17 +409,31 @@ func NewLearner(members []chain.NodeID) *Learner { return NewLearnerAt(members, 
 // NewLearnerAt starts from configuration members at epoch (a hosted
 // master's record): only a newer one a member reports replaces it.
 func NewLearnerAt(members []chain.NodeID, epoch uint64) *Learner {
-	return &Learner{members: slices.Clone(members), cfgEpoch: epoch, epoch: epoch, reported: map[chain.NodeID]uint64{},
-		at: map[chain.NodeID]uint64{}}
+	l := &Learner{members: slices.Clone(members), cfgEpoch: epoch, epoch: epoch, reported: map[chain.NodeID]uint64{},
+		at: map[chain.NodeID]uint64{}, need: map[chain.NodeID]bool{}, forgone: map[chain.NodeID]bool{},
+		lu: map[chain.NodeID]uint64{}, restarted: map[chain.NodeID]uint64{}}
+	for _, id := range members {
+		l.need[id] = true
+	}
+	return l
 }
 
 // Heard takes a member's heartbeat and reports whether what the master
 // starts from changed: a newer configuration, or a higher epoch. A
 // joiner's heartbeat (Refused) teaches nothing.
 func (l *Learner) Heard(hb chain.Msg) bool {
-	if hb.Type != chain.MsgHeartbeat || hb.Refused {
+	if hb.Type != chain.MsgHeartbeat {
 		return false
 	}
+	if hb.Refused {
+		// A restarted member: it forgot the configuration it was in, but
+		// reports the history it holds, which Ahead compares.
+		delete(l.lu, hb.From)
+		l.restarted[hb.From] = hb.LU
+		return false
+	}
+	delete(l.restarted, hb.From)
+	l.lu[hb.From] = hb.LU
 	cfgEpoch := hb.Epoch
 	if hb.ID > 0 {
 		cfgEpoch = hb.ID - 1
@@ -395,20 +454,99 @@ func (l *Learner) Heard(hb chain.Msg) bool {
 		len(hb.Members) < len(l.members) && slices.Equal(hb.Members, l.members[:len(hb.Members)])
 	if (cfgEpoch > l.cfgEpoch || truncated) && len(hb.Members) > 0 {
 		l.members, l.cfgEpoch, changed = slices.Clone(hb.Members), cfgEpoch, true
+		for _, id := range hb.Members {
+			l.need[id] = true
+		}
 	}
 	return changed
 }
 
 // Done reports whether every member of the learnt configuration has
-// reported a configuration no newer than it: nobody heard knows a newer
-// one. (A master also stops learning after FailAfter, since a failed
-// member is never heard.)
+// reported a configuration no newer than it — nobody heard knows a newer
+// one — and nobody is waited for (Waiting).
 func (l *Learner) Done() bool {
 	for _, id := range l.members {
-		if e, ok := l.reported[id]; !ok || e > l.cfgEpoch {
+		if e, ok := l.reported[id]; !l.forgone[id] && (!ok || e > l.cfgEpoch) {
 			return false
 		}
 	}
+	return len(l.Waiting()) == 0
+}
+
+// Waiting lists, in id order, the members the learning has not heard from
+// and waits for: of the configuration it started from (the configured
+// chain) and of every one it learnt, silent, and not forgone. Any of them
+// may be the one member that knows the chain's newest configuration — a
+// lone member at an epoch the others never heard of, which answered writes
+// there (the host simulation's AUSI D-D-M seed 548): a master that starts
+// without it issues that epoch and the ones below it again, and the chain
+// takes other updates at the numbers that member acknowledged. A restarted
+// member heard is not waited for: it forgot its configuration, but what it
+// holds is what Ahead weighs.
+func (l *Learner) Waiting() []chain.NodeID {
+	var ids []chain.NodeID
+	for id := range l.need {
+		_, replica := l.reported[id]
+		_, restarted := l.restarted[id]
+		if !replica && !restarted && !l.forgone[id] {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Ahead lists, in id order, the restarted members (of the configured chain
+// or a learnt configuration) whose history ends above the last update of
+// every member running as a replica: each may be a member the others were
+// cut out of the chain by, which then acknowledged the updates past theirs
+// (sequence numbers are history order across epochs: a head numbers above
+// every earlier head, chain.Msg). The learnt configuration cannot be
+// trusted then — a master acting on it leases the members cut out, and
+// the restarted one is joined to them and loses those updates — so the
+// master restarts the whole chain instead (Master.learnt): it fails every
+// member, which makes the running ones report their histories as
+// restarted ones do, and restarts from the longest
+// (chain.Master.Restarted). None if no member is running (that is such a
+// restart already). A head's updates not passed on yet look the same and
+// cost the same restart: taking them as committed is a valid outcome.
+func (l *Learner) Ahead() []chain.NodeID {
+	if len(l.lu) == 0 || mutation.On && l.ignoreRestarted {
+		return nil
+	}
+	top := slices.Max(slices.Collect(maps.Values(l.lu)))
+	var ids []chain.NodeID
+	for id, lu := range l.restarted {
+		if l.need[id] && lu > top {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Over reports whether a learning whose time (FailAfter) is up may end:
+// nobody is waited for (Waiting), or no member at all was heard as a
+// replica — every member down or restarted, the whole chain's restart, in
+// which the master leases nobody and restarts the chain only once every
+// member that may hold its history has reported (chain.Master.Restarted).
+// Otherwise it goes on: a member heard is leased on what the learning
+// found, which a silent one may know to be stale. That is the price of a
+// master that keeps nothing: restarted with a member dead for good, or cut
+// off from it, it waits for that member or for the operator (Forgo:
+// Config.LearnWithout, Master.RestartWithout).
+func (l *Learner) Over() bool {
+	return len(l.Waiting()) == 0 || len(l.lu) == 0
+}
+
+// Forgo stops waiting for member n (the operator's; Master.RestartWithout):
+// whatever configuration it alone knew, and the updates it alone
+// acknowledged, are given up. It reports whether n was waited for.
+func (l *Learner) Forgo(n chain.NodeID) bool {
+	if !slices.Contains(l.Waiting(), n) {
+		return false
+	}
+	l.forgone[n] = true
 	return true
 }
 
@@ -550,6 +688,12 @@ func newMaster(cfg Config, now func() time.Time) (*Master, error) {
 		seenJoin: map[uint64]bool{}, seenLeave: map[uint64]bool{}, filled: map[uint64]bool{}}
 	x.m = x.newCore(ids, 0)
 	x.learner.sameEpoch = mutation.On && cfg.mut.learnSameEpoch
+	x.learner.ignoreRestarted = mutation.On && cfg.mut.learnIgnoresRestarted
+	for _, id := range cfg.LearnWithout {
+		if x.learner.Forgo(chain.NodeID(id)) {
+			cfg.Logger.Warn("chain master: it learns the chain without a member (--learn-without): a configuration only it knew, and writes only it acknowledged, may be lost", "node", id)
+		}
+	}
 	if cfg.Meta != nil {
 		// The record is the configuration: nothing to learn, and nothing
 		// to do until this node leads the metadata group.
@@ -847,7 +991,8 @@ func (x *Master) restarted(hb chain.Msg, now time.Time) {
 
 // ErrNotActing is RestartWithout's answer at a master that does not act:
 // hosted and not at the metadata group's leader (or still waiting out the
-// old master's leases), or still learning the chain.
+// old master's leases). (A standalone master still learning the chain
+// takes it as the word to stop waiting for the members named: learnWithout.)
 var ErrNotActing = errors.New("chainmaster: this master does not act (not the metadata group's leader, or taking over): ask the leader's")
 
 // RestartWithout is the operator's way out of a whole-chain restart that
@@ -862,7 +1007,10 @@ var ErrNotActing = errors.New("chainmaster: this master does not act (not the me
 func (x *Master) RestartWithout(ids []uint64) (string, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.m == nil || !x.learnUntil.IsZero() {
+	if x.m != nil && !x.learnUntil.IsZero() {
+		return x.learnWithout(ids)
+	}
+	if x.m == nil {
 		return "", ErrNotActing
 	}
 	if !x.m.Down() {
@@ -900,6 +1048,33 @@ func (x *Master) RestartWithout(ids []uint64) (string, error) {
 	return fmt.Sprintf("the chain restarted from node %d, the longest durable history without %v; "+
 		"the writes acknowledged last are lost if only %v held them. Restarted, %v rejoin if they hold nothing more than node %d did; "+
 		"otherwise they are refused until restarted on an empty directory", from, ids, ids, ids, from), nil
+}
+
+// learnWithout is RestartWithout at a standalone master still learning the
+// chain (Learner.Waiting): it stops waiting for ids, and acts once its
+// learning time is up and it waits for nobody else. What it may cost is
+// RestartWithout's: a configuration only they knew (the master may issue
+// its epochs again) and the writes only they acknowledged.
+func (x *Master) learnWithout(ids []uint64) (string, error) {
+	for _, id := range ids {
+		if !slices.Contains(x.learner.Waiting(), chain.NodeID(id)) {
+			return "", fmt.Errorf("chainmaster: learning without %d: not among the members the learning waits for (%v)", id, x.learner.Waiting())
+		}
+	}
+	for _, id := range ids {
+		x.learner.Forgo(chain.NodeID(id))
+		x.cfg.Logger.Warn("chain master: the operator ends the learning without a member: a configuration only it knew, and writes only it acknowledged, may be lost", "node", id)
+	}
+	if w := x.learner.Waiting(); len(w) > 0 {
+		return fmt.Sprintf("the master still waits to hear %v before it acts", w), nil
+	}
+	if !x.learner.Done() && x.now().Before(x.learnUntil) {
+		return fmt.Sprintf("the master acts without %v once its learning time is up; the writes acknowledged by %v alone are lost if they held any", ids, ids), nil
+	}
+	x.learnt()
+	x.flush()
+	return fmt.Sprintf("the master acts without %v on the chain %v at epoch %d; the writes acknowledged by %v alone are lost if they held any",
+		ids, x.m.Members(), x.m.Epoch(), ids), nil
 }
 
 // otherMode refuses heartbeat hb if it names an update mode other than the
@@ -1238,9 +1413,6 @@ func (x *Master) commit() bool {
 // learn takes a heartbeat while the master learns the chain, adopting a
 // newer configuration than its own (Learner).
 func (x *Master) learn(msg chain.Msg, now time.Time) {
-	if msg.Refused {
-		return // a joiner: joined once the master has learnt the chain
-	}
 	if x.learner.Heard(msg) {
 		members, epoch := x.learner.Config()
 		x.cfg.Logger.Warn("chain master: learnt a newer configuration", "from", uint64(msg.From), "epoch", epoch,
@@ -1253,7 +1425,11 @@ func (x *Master) learn(msg chain.Msg, now time.Time) {
 			}
 		}
 	}
-	x.heard[uint64(msg.From)] = now
+	if !msg.Refused {
+		// (A restarted member, or a joiner, is joined or failed once the
+		// master has learnt the chain.)
+		x.heard[uint64(msg.From)] = now
+	}
 	if x.learner.Done() {
 		x.learnt()
 	}
@@ -1262,7 +1438,21 @@ func (x *Master) learn(msg chain.Msg, now time.Time) {
 // learnt ends the learning: the master acts on its configuration.
 func (x *Master) learnt() {
 	x.below = x.learner.Unheard()
-	if !(mutation.On && x.cfg.mut.learntFailsLate) {
+	if ahead := x.learner.Ahead(); len(ahead) > 0 {
+		// The whole chain's restart (Learner.Ahead): every member failed,
+		// the running ones told so by their next heartbeat's answer (they
+		// rejoin, reporting their histories), and the chain restarts from
+		// the longest once every member has reported. The repair orders
+		// the failures made go to a chain that is down: dropped.
+		x.cfg.Logger.Warn("chain master: a restarted member holds updates past every running member's: the chain's configuration is not known; the whole chain restarts from the longest history",
+			"restarted", ahead, "members", x.m.Members())
+		for _, id := range x.m.Members() {
+			x.m.Fail(id)
+			delete(x.heard, uint64(id))
+			delete(x.progress, uint64(id))
+		}
+		x.m.Ready()
+	} else if !(mutation.On && x.cfg.mut.learntFailsLate) {
 		for _, id := range x.learner.Below() {
 			x.failBelow(id, x.learner.at[id])
 		}
@@ -1289,6 +1479,17 @@ func (x *Master) tick(now time.Time) {
 	x.stallGrace(now)
 	if !x.learnUntil.IsZero() {
 		if now.Before(x.learnUntil) {
+			x.flush()
+			return
+		}
+		if !x.learner.Over() && !(mutation.On && x.cfg.mut.learnEndsAtTimeout) {
+			if !x.waitLogged {
+				// Said once: the chain serves nothing until it ends.
+				x.waitLogged = true
+				x.cfg.Logger.Error("chain master: restarted with no record of the chain, it waits to hear every member before it acts: "+
+					"a silent one may hold a newer configuration, and writes only it acknowledged (kefir chain-master --learn-without; docs/chain.md)",
+					"waiting for", x.learner.Waiting(), "members", x.m.Members(), "epoch", x.m.Epoch())
+			}
 			x.flush()
 			return
 		}

@@ -104,6 +104,11 @@ func TestLearnerTakesTheTruncatedConfiguration(t *testing.T) {
 		l.Heard(before)
 		l.Heard(after)
 		l.Heard(hb(4, 5, 4, 1, 2, 4, 3))
+		if l.Done() {
+			t.Fatal("done with 3, a configured member, never heard")
+		}
+		// The old tail, truncated out, reports the configuration before.
+		l.Heard(hb(3, 5, 5, 1, 2, 4, 3))
 		if ms, e := l.Config(); !slices.Equal(ms, []chain.NodeID{1, 2, 4}) || e != 5 || !l.Done() {
 			t.Fatalf("learnt %v at %d (done %v), want [1 2 4] at 5", ms, e, l.Done())
 		}
@@ -175,7 +180,8 @@ func TestLearnerStartsAboveAConfigurationNoMemberReported(t *testing.T) {
 
 // TestLearntMasterFailsAMemberBelowAnUnlearntConfiguration (review34c): the
 // case of TestLearnerStartsAboveAConfigurationNoMemberReported on a
-// standalone master, 2 silent. Once the learning ends (FailAfter) the master
+// standalone master, 2 silent and forgone by the operator (RestartWithout:
+// the master waits for it otherwise). Once the learning ends the master
 // acts on [2 1 3] — but 1, below the epoch of the configuration it could
 // not learn, may be (here is) the member that configuration cut out: its
 // heartbeats are not answered with a lease; it is failed and rejoins. 3,
@@ -198,6 +204,9 @@ func TestLearntMasterFailsAMemberBelowAnUnlearntConfiguration(t *testing.T) {
 		cfg.mut.learnTrusts, cfg.mut.learntFailsLate = trusts, trusts
 		x, err := newMaster(cfg, func() time.Time { return now })
 		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := x.RestartWithout([]uint64{2}); err != nil { // 2 silent: the operator forgoes it
 			t.Fatal(err)
 		}
 		var seq uint64
@@ -263,7 +272,8 @@ func TestHostedTakeoverLearnsOverTheRecord(t *testing.T) {
 }
 
 // TestLearntMasterFailsBelowBeforeAnsweringAnyone (review35a): the case of
-// TestLearntMasterFailsAMemberBelowAnUnlearntConfiguration, but after the
+// TestLearntMasterFailsAMemberBelowAnUnlearntConfiguration (2 forgone by
+// the operator in both masters' learning), but after the
 // learning 3's heartbeat comes before 1's. Answered first, 3 took the
 // learnt [2 1 3] at 9 — above the unlearnt [2 3] at 8 — and reports it; a
 // master crashing before 1's heartbeat failed it (a standalone master keeps
@@ -291,6 +301,9 @@ func TestLearntMasterFailsBelowBeforeAnsweringAnyone(t *testing.T) {
 		cfg.mut.learntFailsLate = late
 		x, err := newMaster(cfg, func() time.Time { return now })
 		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := x.RestartWithout([]uint64{2}); err != nil { // 2 silent: the operator forgoes it
 			t.Fatal(err)
 		}
 		var seq uint64
@@ -356,5 +369,159 @@ func TestHostedTakeoverFailsBelowAtOnce(t *testing.T) {
 		if in != late || meta.rec.Epoch <= 8 {
 			t.Fatalf("late %v: record %v: want 1 in it %v, above epoch 8", late, meta.rec, late)
 		}
+	}
+}
+
+// TestRestartedMasterWaitsForALoneMember (the host simulation's AUSI D-D-M
+// seed 548): the old master repaired the chain down to member 2 alone, at
+// epoch 2, and 2 answered writes there (numbered from 2.1 on); 1 and 3, cut
+// out, never heard of it and report [1 2 3] at epoch 0, at update 4. The
+// master restarts with no record and hears 1 and 3.
+//
+//   - 2 silent (crashed, or cut off from the master): the learning does not
+//     end, whatever the time (Learner.Waiting): nothing is sent. With
+//     learnEndsAtTimeout (the code before) it ends after FailAfter on
+//     [1 2 3] at 0, leases 1 and 3, and repairs around 2 at epochs 1 and 2
+//     again — the numbers 2 used for the writes it acknowledged.
+//   - 2 restarted, holding 2.3 (above 1's and 3's last): the learnt
+//     configuration is not trusted (Learner.Ahead): every member is failed,
+//     nobody leased, and once 1 and 3 report their histories as restarted
+//     members (told they are out, they rejoin) the chain restarts from 2's,
+//     above its numbers. With learnIgnoresRestarted (the code before) 1 and
+//     3 are leased and 2 repaired around at epoch 1.
+//   - 2 restarted holding no more than 1 and 3: nothing to lose; 1 and 3
+//     are leased, 2 is joined again later.
+//   - 2 reporting as a replica, alone at 2: the master learns [2] at 2 and
+//     leases 2 alone.
+//   - 2 silent and forgone by the operator (RestartWithout): 1 and 3 are
+//     leased — what only 2 held is given up.
+func TestRestartedMasterWaitsForALoneMember(t *testing.T) {
+	const hb, lease, failAfter = 50 * time.Millisecond, 300 * time.Millisecond, 600 * time.Millisecond
+	const e2 = 2 << 40 // the first number of a head that took over at epoch 2
+	type beats func(learning bool, seq uint64) []chain.Msg
+	// run runs a standalone master for 4×FailAfter on beats' heartbeats
+	// (learning: within the first FailAfter), after do. It returns what it
+	// sent.
+	run := func(mut mutations, beat beats, do func(x *Master)) []chain.Msg {
+		var sent []chain.Msg
+		t0 := time.Unix(1_000_000, 0)
+		now := t0
+		cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: failAfter, StartGrace: 2 * failAfter,
+			Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}
+		cfg.mut = mut
+		x, err := newMaster(cfg, func() time.Time { return now })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if do != nil {
+			do(x)
+		}
+		var seq uint64
+		for d := time.Duration(0); d <= 4*failAfter; d += hb {
+			now = t0.Add(d)
+			x.tick(now)
+			for _, m := range beat(d <= failAfter, seq) {
+				seq++
+				m.Type, m.To, m.Seq = chain.MsgHeartbeat, 9, seq
+				x.step([]chain.Msg{m})
+			}
+		}
+		return sent
+	}
+	running := func(id chain.NodeID) chain.Msg {
+		return chain.Msg{From: id, Epoch: 0, ID: 1, LU: 4, LA: 4, Members: []chain.NodeID{1, 2, 3}}
+	}
+	restarted := func(id chain.NodeID, lu uint64) chain.Msg {
+		return chain.Msg{From: id, Refused: true, LU: lu, LA: 7}
+	}
+	leased := func(sent []chain.Msg, n chain.NodeID) bool {
+		return slices.ContainsFunc(sent, func(a chain.Msg) bool {
+			return a.Type == chain.MsgHeartbeat && a.To == n && slices.Contains(a.Members, n)
+		})
+	}
+	// reissued is an order at an epoch 2 may have used.
+	reissued := func(sent []chain.Msg) bool {
+		return slices.ContainsFunc(sent, func(a chain.Msg) bool { return a.Type != chain.MsgHeartbeat && a.Epoch <= 2 })
+	}
+	silent := func(bool, uint64) []chain.Msg { return []chain.Msg{running(1), running(3)} }
+	for _, mut := range []bool{false, mutation.On} {
+		sent := run(mutations{learnEndsAtTimeout: mut}, silent, nil)
+		if mut {
+			if !leased(sent, 1) || !leased(sent, 3) || !reissued(sent) {
+				t.Fatalf("learnEndsAtTimeout, 2 silent: 1 leased %v, 3 leased %v, an epoch reissued %v (the mutation does not bite)",
+					leased(sent, 1), leased(sent, 3), reissued(sent))
+			}
+			continue
+		}
+		if len(sent) > 0 {
+			t.Fatalf("2 silent: the master sent %v, want nothing while it waits for 2", sent)
+		}
+	}
+	// 2 restarted, ahead; 1 and 3, once out of the chain (the learning
+	// over), rejoin and report as restarted members.
+	ahead := func(learning bool, _ uint64) []chain.Msg {
+		if learning {
+			return []chain.Msg{running(1), running(3), restarted(2, e2+3)}
+		}
+		return []chain.Msg{restarted(1, 4), restarted(3, 4), restarted(2, e2+3)}
+	}
+	for _, mut := range []bool{false, mutation.On} {
+		sent := run(mutations{learnIgnoresRestarted: mut}, ahead, nil)
+		if mut {
+			if !leased(sent, 1) || !leased(sent, 3) || !reissued(sent) {
+				t.Fatalf("learnIgnoresRestarted: 1 leased %v, 3 leased %v, an epoch reissued %v (the mutation does not bite)",
+					leased(sent, 1), leased(sent, 3), reissued(sent))
+			}
+			continue
+		}
+		i := slices.IndexFunc(sent, func(a chain.Msg) bool { return a.Type == chain.MsgRestart })
+		if leased(sent, 1) || leased(sent, 3) || reissued(sent) || i < 0 || sent[i].To != 2 || sent[i].Epoch <= 2 {
+			t.Fatalf("2 restarted holding 2.3: 1 leased %v, 3 leased %v, an epoch reissued %v; want neither leased, nothing at or below 2, "+
+				"and the chain restarted from 2 above its numbers: %v", leased(sent, 1), leased(sent, 3), reissued(sent), sent)
+		}
+	}
+	// 2 restarted, holding no more than 1 and 3.
+	sent := run(mutations{}, func(bool, uint64) []chain.Msg { return []chain.Msg{running(1), running(3), restarted(2, 4)} }, nil)
+	if !leased(sent, 1) || !leased(sent, 3) {
+		t.Fatalf("2 restarted holding no more: 1 leased %v, 3 leased %v, want both", leased(sent, 1), leased(sent, 3))
+	}
+	// 2 reports as a replica, alone at 2: learnt, and 1 and 3 are not leased.
+	sent = run(mutations{}, func(bool, uint64) []chain.Msg {
+		return []chain.Msg{running(1), running(3), {From: 2, Epoch: 2, ID: 3, LU: e2 + 3, LA: 7, Members: []chain.NodeID{2}}}
+	}, nil)
+	if leased(sent, 1) || leased(sent, 3) || !leased(sent, 2) || reissued(sent) {
+		t.Fatalf("2 heard alone at 2: 1 leased %v, 3 leased %v, 2 leased %v, an epoch reissued %v: want 2 alone leased, nothing at or below 2",
+			leased(sent, 1), leased(sent, 3), leased(sent, 2), reissued(sent))
+	}
+	// The operator forgoes 2, silent: the master acts without it.
+	sent = run(mutations{}, silent, func(x *Master) {
+		if _, err := x.RestartWithout([]uint64{7}); err == nil {
+			t.Fatal("RestartWithout 7, no member: accepted")
+		}
+		if _, err := x.RestartWithout([]uint64{2}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !leased(sent, 1) || !leased(sent, 3) {
+		t.Fatalf("2 forgone: 1 leased %v, 3 leased %v, want both", leased(sent, 1), leased(sent, 3))
+	}
+}
+
+// TestLearnWithoutBeforeTheStart: Config.LearnWithout (kefir chain-master
+// --learn-without) is the operator's word before the master starts: the
+// learning never waits for those members; the others it still waits for.
+func TestLearnWithoutBeforeTheStart(t *testing.T) {
+	x, err := newMaster(Config{Self: 9, Members: []uint64{1, 2, 3}, LearnWithout: []uint64{2}, Send: func(uint64, *chain.Msg) {}},
+		func() time.Time { return time.Unix(1_000_000, 0) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := x.learner.Waiting(); !slices.Equal(w, []chain.NodeID{1, 3}) {
+		t.Fatalf("waiting for %v, want [1 3]", w)
+	}
+	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 1, To: 9, Seq: 1, ID: 1, Members: []chain.NodeID{1, 2, 3}}})
+	x.step([]chain.Msg{{Type: chain.MsgHeartbeat, From: 3, To: 9, Seq: 2, ID: 1, Members: []chain.NodeID{1, 2, 3}}})
+	if !x.learnUntil.IsZero() {
+		t.Fatalf("still learning with 1 and 3 heard, 2 forgone (waiting for %v)", x.learner.Waiting())
 	}
 }

@@ -306,7 +306,14 @@ func TestHostSimChain(t *testing.T) {
 		// needs a disk"). D-M-D and AUSI D-D-M shrink to memory members too.
 		{hostChain{mode: chain.SU, stores: [3]ChainStore{D, D, M}}, chainSwarm, []uint64{201, 375, 48, 654}},
 		{hostChain{mode: chain.SU, stores: [3]ChainStore{D, M, D}}, chainSwarm, nil},
-		{hostChain{mode: chain.AUSI, stores: [3]ChainStore{D, D, M}}, chainSwarm, nil},
+		// Its seed 548: member 2, the chain alone at epoch 2, answered
+		// writes and crashed; the master, restarted with no record, heard
+		// only 1 and 3 (cut out at epoch 0), learnt [1 2 3] after the
+		// failure timeout and issued epochs 1-3 again — 2's writes lost,
+		// their numbers naming other updates ("engines differ") — until a
+		// master with no record waited for every member to report as a
+		// replica (chainmaster.Learner.Waiting).
+		{hostChain{mode: chain.AUSI, stores: [3]ChainStore{D, D, M}}, chainSwarm, []uint64{548}},
 		// A buffered middle (its log flushed every hostChainFlush, not
 		// before it passes a write on): one crash at a time loses nothing.
 		// Seed 299: the master repaired the chain down to its head (epochs
