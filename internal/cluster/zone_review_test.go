@@ -1,0 +1,83 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/testgroup"
+)
+
+// While a move is in flight the metadata group records a node's zone
+// without moving the map's epoch (kv's KindMapAddNode), so a node that
+// polls the map (no metadata replica: it adopts only a newer epoch) sees
+// its zone only at the move's end. Its recorder, answered, must not ask
+// again meanwhile: each ask is a no-op op in the metadata group's log,
+// and a long move (a paced rebalance) would get one every zoneRecheck
+// from every such node. Once the epoch moves and the map has the zone,
+// it asks no more.
+func TestMultiZoneNoAsksWhileTheEpochStays(t *testing.T) {
+	static, err := NewSlotMap(1, EvenGroups(3, []uint64{1, 2, 3}, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	asks := 0
+	cm := BootstrapMap(static, []Member{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4, ClientAddr: "n4:4", PeerAddr: "n4:14"}})
+	cm.Epoch = 2
+	leader := fakeLeader(t, func(_ int, args []string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case len(args) >= 3 && args[0] == "KEFIR.SLOTS" && args[1] == "META" && args[2] == "MAP":
+			b, _ := json.Marshal(cm)
+			return fmt.Sprintf("$%d\r\n%s\r\n", len(b), b)
+		case len(args) == 8 && args[2] == "ADDNODE" && args[6] == "ZONE":
+			asks++
+			cm.Nodes[3].Zone = args[7] // a move in flight: the epoch stays
+			return fmt.Sprintf(":%d\r\n", cm.Epoch)
+		}
+		return "-ERR unexpected\r\n"
+	})
+	members := []Member{{ID: 1, ClientAddr: leader}, {ID: 2, ClientAddr: leader}, {ID: 3, ClientAddr: leader}, {ID: 4, ClientAddr: "n4:4"}}
+	spec1, _ := static.Group(1)
+	m4, err := NewMulti(static, 4, members, []LocalGroup{{Spec: spec1, Hosted: Hosted{Replica: &fakeReplica{name: "g1"}, Group: &stateGroup{}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m4.FollowMap(ctx, FollowConfig{Every: 20 * time.Millisecond, Zone: "rack-b"})
+	}()
+	defer func() { cancel(); <-done }()
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return asks
+	}
+	if !testgroup.Until(5*time.Second, 10*time.Millisecond, func() bool { return count() == 1 }) {
+		t.Fatalf("node 4 did not ask for its zone")
+	}
+	time.Sleep(zoneRecheck + zoneRecheck/4) // past the next ask the recorder would make
+	if n := count(); n != 1 {
+		t.Fatalf("node 4 asked %d times while the map's epoch stayed (a move in flight), want once", n)
+	}
+	mu.Lock()
+	cm.Epoch++ // the move's end
+	mu.Unlock()
+	if !testgroup.Until(5*time.Second, 10*time.Millisecond, func() bool {
+		c := m4.ClusterMap()
+		return c != nil && c.Epoch == 3 && c.Nodes[3].Zone == "rack-b"
+	}) {
+		t.Fatalf("node 4 did not learn its zone at the move's end: %+v", m4.ClusterMap())
+	}
+	time.Sleep(zoneRecheck + zoneRecheck/4)
+	if n := count(); n != 1 {
+		t.Fatalf("node 4 asked %d times, want once", n)
+	}
+}
