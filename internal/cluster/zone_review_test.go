@@ -1,13 +1,16 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/testgroup"
 )
 
@@ -79,5 +82,42 @@ func TestMultiZoneNoAsksWhileTheEpochStays(t *testing.T) {
 	time.Sleep(zoneRecheck + zoneRecheck/4)
 	if n := count(); n != 1 {
 		t.Fatalf("node 4 asked %d times, want once", n)
+	}
+}
+
+// KEFIR.SLOTS META ADDNODE id client peer [ZONE z]: the zone (any case of
+// the keyword) goes into the op's key; an add without one is the key of
+// the builds before zones; an empty zone (no way to clear one: leave ZONE
+// out), a bad zone, another keyword or a stray argument is refused before
+// anything is proposed.
+func TestMetaCommandAddNodeZone(t *testing.T) {
+	parse := func(args ...string) (kv.Op, error) {
+		b := [][]byte{[]byte("KEFIR.SLOTS"), []byte("META"), []byte("ADDNODE"), []byte("4"), []byte("c:4"), []byte("p:4")}
+		for _, a := range args {
+			b = append(b, []byte(a))
+		}
+		c, err := MetaCommand(b)
+		return c.Op, err
+	}
+	for _, c := range []struct {
+		args []string
+		zone string
+	}{{nil, ""}, {[]string{"ZONE", "eu-1a"}, "eu-1a"}, {[]string{"zone", "r7"}, "r7"}} {
+		op, err := parse(c.args...)
+		if err != nil || op.Kind != kv.KindMapAddNode {
+			t.Fatalf("ADDNODE %v: %+v %v", c.args, op, err)
+		}
+		nd, err := kv.DecodeMapNode(op.Key)
+		if err != nil || nd != (kv.MapNode{ID: 4, ClientAddr: "c:4", PeerAddr: "p:4", Zone: c.zone}) {
+			t.Fatalf("ADDNODE %v: node %+v %v", c.args, nd, err)
+		}
+		if c.zone == "" && !bytes.Equal(op.Key, kv.AppendMapNode(nil, nd)) {
+			t.Fatalf("ADDNODE without a zone: key %x, the older builds' %x", op.Key, kv.AppendMapNode(nil, nd))
+		}
+	}
+	for _, args := range [][]string{{"ZONE", ""}, {"ZONE", "rack 1"}, {"ZONE", "a,b"}, {"ZONE", strings.Repeat("z", kv.MaxZoneLen+1)}, {"RACK", "a"}, {"ZONE"}, {"ZONE", "a", "b"}} {
+		if op, err := parse(args...); err == nil {
+			t.Fatalf("ADDNODE %q: accepted as %+v", args, op)
+		}
 	}
 }
