@@ -121,3 +121,37 @@ func TestMetaCommandAddNodeZone(t *testing.T) {
 		}
 	}
 }
+
+// Five replicas over three zones must not give one zone three of them: a
+// VR group of five loses its majority with such a zone. Once every zone
+// has a replica of the group, placement takes a node in the zone with
+// the fewest (then the least loaded, as before), so the five spread 2, 2,
+// 1 — whatever the node ids, here racks of consecutive ids (nodes 1-3 in
+// a, 4-6 in b, 7-9 in c, all idle), where the least loaded alone took
+// 2 and 3 after 1, 4, 7. The same for a growth (add-members --replicas 5)
+// and for the metadata group's.
+func TestPlaceZonesNoZoneTakesAMajority(t *testing.T) {
+	all := func(uint64) bool { return true }
+	cm := &kv.ClusterMap{Epoch: 3, Nodes: zonedNodes("a", "a", "a", "b", "b", "b", "c", "c", "c")}
+	most := func(ms []uint64) int {
+		n := map[string]int{}
+		for _, id := range ms {
+			n[cm.Nodes[id-1].Zone]++
+		}
+		return max(n["a"], n["b"], n["c"])
+	}
+	ms, err := PlaceGroup(cm, 5, all)
+	if err != nil || len(ms) != 5 || most(ms) != 2 {
+		t.Fatalf("PlaceGroup of 5 on three zones: %v %v (%s), want at most 2 in a zone", ms, err, SharedZones(cm, ms))
+	}
+	// Groups 2 and 3 make every node a data node (the metadata group
+	// takes no other).
+	grown := &kv.ClusterMap{Epoch: 3, Nodes: cm.Nodes, Groups: []kv.MapGroup{{ID: 1, Members: []uint64{1, 4, 7}}, {ID: 2, Members: []uint64{2, 5, 8}}, {ID: 3, Members: []uint64{3, 6, 9}}},
+		Meta: []uint64{1, 4, 7}, MetaEpoch: 1}
+	for _, g := range []GroupID{1, MetaGroupID} {
+		add, err := PlaceMembers(grown, g, 5, all)
+		if ms := append([]uint64{1, 4, 7}, add...); err != nil || len(ms) != 5 || most(ms) != 2 {
+			t.Fatalf("PlaceMembers of %s to 5 on three zones: %v %v (%s), want at most 2 in a zone", GroupName(g), ms, err, SharedZones(grown, ms))
+		}
+	}
+}
