@@ -507,7 +507,7 @@ func runClusterAddGroup(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	mover := clusterConnFlags(fs)
 	membersFlag := fs.String("members", "", "the new group's members: node ids of the map, comma-separated, in leader order (an odd number); none: --replicas members placed on the map's live nodes, the least loaded first")
-	replicas := fs.Int("replicas", 3, "without --members: the new group's number of replicas (odd for a VR group), placed on that many distinct live nodes of the map, each in a zone the group has no replica in yet if one is left, then the one hosting the fewest replicas (ties to the lower id)")
+	replicas := fs.Int("replicas", 3, "without --members: the new group's number of replicas (odd for a VR group), placed on that many distinct live nodes of the map, each in a zone the group has no replica in yet if one is left (else in one with the fewest), then the one hosting the fewest replicas (ties to the lower id)")
 	idFlag := fs.Uint64("id", 0, "the new group's id (default: one above the map's highest)")
 	engine := fs.String("engine", "vr", "the group's replication engine: vr, or chain (chain replication, head first in --members; its master runs at the metadata group's nodes)")
 	wait := fs.Duration("wait", 30*time.Second, "wait this long for the new group to have a leader (0: do not wait)")

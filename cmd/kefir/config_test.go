@@ -418,6 +418,11 @@ func TestUpRefusesBadZones(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err = %v, want mention of %q", c.args, err, c.want)
 		}
+		// An empty zone has no ValidZone error to quote: the message
+		// says what is wrong rather than "<nil>".
+		if err != nil && strings.Contains(err.Error(), "nil") {
+			t.Errorf("%v: err = %v: quotes a nil error", c.args, err)
+		}
 		if _, statErr := os.Stat(dir); !os.IsNotExist(statErr) {
 			t.Errorf("%v: kefir up created %s before refusing the flags (stat: %v)", c.args, dir, statErr)
 		}

@@ -116,7 +116,13 @@ Options:
 		}
 		zones = strings.Split(*zonesFlag, ",")
 		for _, z := range zones {
-			if err := kv.ValidZone(z); err != nil || z == "" {
+			err := kv.ValidZone(z)
+			if z == "" {
+				// ValidZone takes "" (no zone); here it is a stray comma,
+				// which has no error of its own to quote.
+				err = errors.New("an empty zone")
+			}
+			if err != nil {
 				return usageError{fmt.Errorf("--zones %q: each zone a short printable label (got %q: %v)", *zonesFlag, z, err)}
 			}
 		}

@@ -28,7 +28,9 @@ import (
 // together. So placement takes, before any load, a node whose zone no
 // other member of the group has (the place's old node does not count: its
 // zone is the one to fill again); only when every live candidate's zone is
-// taken does it fall back to the least loaded of them all — a group in
+// taken does it fall back to one in a zone with the fewest of the group's
+// replicas (five replicas over three zones: 2, 2, 1, never 3 in one, a
+// majority lost with that zone), the least loaded of those — a group in
 // fewer zones than its replicas is allowed (better than no replica), and
 // made visible (SharedZones: the commands and the repairer say so, kefir
 // cluster status flags the group). A node without a zone is a zone of its
@@ -272,9 +274,9 @@ func newPlacer(cm *kv.ClusterMap, live func(id uint64) bool) *placer {
 // nor in also, for the metadata group only a node in a data group (a node
 // hosts the metadata group only with one: PlanNodeChange); of those, one
 // in a zone no member of g (as the map wants it: ChainWanted, but p.old)
-// nor of also is in, if there is one; then the one hosting the fewest
-// replicas, ties to the lower id; 0 if none is. The choice is counted: the
-// next one sees it.
+// nor of also is in, if there is one, else one in a zone with the fewest
+// of them; then the one hosting the fewest replicas, ties to the lower id;
+// 0 if none is. The choice is counted: the next one sees it.
 func (p *placer) choose(g kv.MapGroup, also []uint64) uint64 {
 	meta := g.ID == uint64(MetaGroupID)
 	in := func(id uint64) bool {
@@ -283,23 +285,34 @@ func (p *placer) choose(g kv.MapGroup, also []uint64) uint64 {
 		}
 		return slices.Contains(g.Members, id) || slices.Contains(g.Joining, id) || slices.Contains(g.Leaving, id) || slices.Contains(also, id)
 	}
-	taken := map[string]bool{}
+	// The group's replicas in each zone, each node once (a chain's
+	// joiners are in ChainWanted and in a growth's also).
+	taken, seen := map[string]int{}, map[uint64]bool{}
 	for _, id := range slices.Concat(ChainWanted(g), also) {
-		if z := p.zone[id]; z != "" && id != p.old {
-			taken[z] = true
+		if z := p.zone[id]; z != "" && id != p.old && !seen[id] {
+			taken[z]++
+			seen[id] = true
 		}
 	}
-	// shares: a candidate in a zone the group has; "" is no zone, never
-	// taken, so without zones every candidate is as good as before.
-	shares := func(id uint64) bool {
-		return taken[p.zone[id]] && !(mutation.On && MultiMut.PlaceIgnoresZones.Load())
+	// shares: how many of the group's replicas a candidate's zone has
+	// already; "" is no zone, never taken, so without zones every
+	// candidate is as good as before. Fewest first, not just none first:
+	// once every zone has one (five replicas, three zones) the next goes
+	// to a zone with the fewest, so that no zone gets a majority while
+	// another could take the replica — a VR group of five with three in
+	// one zone loses its quorum with that zone.
+	shares := func(id uint64) int {
+		if mutation.On && MultiMut.PlaceIgnoresZones.Load() {
+			return 0
+		}
+		return taken[p.zone[id]]
 	}
 	best := uint64(0)
 	for _, id := range p.nodes {
 		if !p.up[id] || in(id) || (meta && !p.data[id]) {
 			continue
 		}
-		if best == 0 || shares(best) && !shares(id) ||
+		if best == 0 || shares(id) < shares(best) ||
 			shares(best) == shares(id) && (p.load[id] < p.load[best] || (p.load[id] == p.load[best] && id < best)) {
 			best = id
 		}

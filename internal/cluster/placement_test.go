@@ -546,12 +546,14 @@ func TestPlaceZones(t *testing.T) {
 			return fmt.Sprintf("PlaceGroup: %v %v, want [1 4 6]", ms, err)
 		}
 		// Five replicas on three zones: once every zone is taken, the
-		// fallback is the least loaded as before zones: 2, then 3 (idle).
+		// fallback is a zone with the fewest of the group's replicas,
+		// then the least loaded as before zones: 2 (a, idle), then 5 (b,
+		// one replica of b's, as c has) rather than 3 (a third in a).
 		ms, err := PlaceGroup(cm, 5, all)
-		if err != nil || !slices.Equal(ms, []uint64{1, 4, 6, 2, 3}) {
-			return fmt.Sprintf("PlaceGroup of 5: %v %v, want [1 4 6 2 3]", ms, err)
+		if err != nil || !slices.Equal(ms, []uint64{1, 4, 6, 2, 5}) {
+			return fmt.Sprintf("PlaceGroup of 5: %v %v, want [1 4 6 2 5]", ms, err)
 		}
-		if s := SharedZones(cm, ms); s != "zone a: nodes 1, 2, 3" {
+		if s := SharedZones(cm, ms); s != "zone a: nodes 1, 2; zone b: nodes 4, 5" {
 			return fmt.Sprintf("SharedZones of %v: %q", ms, s)
 		}
 		// A group that gains a member: group 2 [1 4] (a, b) grows to 3.

@@ -462,6 +462,12 @@ func (c Config) Validate() error {
 	if err := validateIOModel(c.IOModel); err != nil {
 		return err
 	}
+	// As kefir server's --zone: the metadata group refuses a bad zone
+	// (KEFIR.SLOTS META ADDNODE), so a node started with one would ask to
+	// record it, and be refused, for as long as it runs.
+	if err := kv.ValidZone(c.Zone); err != nil {
+		return fmt.Errorf("config: --zone: %w", err)
+	}
 	if c.FsyncExtraDelay < 0 || c.FsyncExtraDelay > MaxFsyncExtraDelay {
 		return fmt.Errorf("config: --fsync-extra-delay %v must be between 0 and %v", c.FsyncExtraDelay, MaxFsyncExtraDelay)
 	}
