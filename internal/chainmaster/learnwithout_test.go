@@ -1,0 +1,73 @@
+package chainmaster
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/chain"
+)
+
+// TestLearnWithoutCarriesIntoTheWholeChainRestart (review36c): member 2 is
+// dead for good and the operator starts the restarted standalone master
+// with --learn-without 2. The learning then ends without it — but when it
+// ends in a whole-chain restart (a restarted member ahead of the running
+// ones, Learner.Ahead; or no member running as a replica at all) the
+// restart waited for every configured member (chain.Master's candidates),
+// 2 included, and the standalone master has no other way to forgo it (no
+// admin port): the chain stayed down for good. The operator's word holds
+// for the restart: it goes on from the longest history of the others.
+func TestLearnWithoutCarriesIntoTheWholeChainRestart(t *testing.T) {
+	const hb, lease, failAfter = 50 * time.Millisecond, 300 * time.Millisecond, 600 * time.Millisecond
+	run := func(beat func(learning bool) []chain.Msg) []chain.Msg {
+		var sent []chain.Msg
+		t0 := time.Unix(1_000_000, 0)
+		now := t0
+		cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: failAfter, StartGrace: 2 * failAfter,
+			LearnWithout: []uint64{2}, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}
+		x, err := newMaster(cfg, func() time.Time { return now })
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seq uint64
+		for d := time.Duration(0); d <= 8*failAfter; d += hb {
+			now = t0.Add(d)
+			x.tick(now)
+			for _, m := range beat(d <= failAfter) {
+				seq++
+				m.Type, m.To, m.Seq = chain.MsgHeartbeat, 9, seq
+				x.step([]chain.Msg{m})
+			}
+		}
+		return sent
+	}
+	running := func(id chain.NodeID) chain.Msg {
+		return chain.Msg{From: id, Epoch: 0, ID: 1, LU: 4, LA: 4, Members: []chain.NodeID{1, 2, 3}}
+	}
+	restarted := func(id chain.NodeID, lu uint64) chain.Msg {
+		return chain.Msg{From: id, Refused: true, LU: lu, LA: lu}
+	}
+	restartOf := func(sent []chain.Msg) (chain.NodeID, bool) {
+		i := slices.IndexFunc(sent, func(a chain.Msg) bool { return a.Type == chain.MsgRestart })
+		if i < 0 {
+			return 0, false
+		}
+		return sent[i].To, true
+	}
+	// 1 running at 4, 3 restarted holding 6 (ahead): every member failed;
+	// 1, told it is out, reports as restarted.
+	sent := run(func(learning bool) []chain.Msg {
+		if learning {
+			return []chain.Msg{running(1), restarted(3, 6)}
+		}
+		return []chain.Msg{restarted(1, 4), restarted(3, 6)}
+	})
+	if to, ok := restartOf(sent); !ok || to != 3 {
+		t.Fatalf("3 ahead, 2 forgone: RESTART sent %v to %d, want one to 3 (the restart must not wait for 2)", ok, to)
+	}
+	// Nobody running: 1 and 3 restarted, the whole chain's restart.
+	sent = run(func(bool) []chain.Msg { return []chain.Msg{restarted(1, 4), restarted(3, 6)} })
+	if to, ok := restartOf(sent); !ok || to != 3 {
+		t.Fatalf("1 and 3 restarted, 2 forgone: RESTART sent %v to %d, want one to 3 (the restart must not wait for 2)", ok, to)
+	}
+}
