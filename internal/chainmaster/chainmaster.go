@@ -546,6 +546,11 @@ func (l *Learner) Over() bool {
 	return len(l.Waiting()) == 0 || len(l.lu) == 0
 }
 
+// forgoBefore is Forgo said before the learning started (Config.LearnWithout):
+// n need not be waited for yet — a member of a configuration still to be
+// learnt, which the operator knows and the master does not.
+func (l *Learner) forgoBefore(n chain.NodeID) { l.forgone[n] = true }
+
 // Forgo stops waiting for member n (the operator's; Master.RestartWithout):
 // whatever configuration it alone knew, and the updates it alone
 // acknowledged, are given up. It reports whether n was waited for.
@@ -697,9 +702,12 @@ func newMaster(cfg Config, now func() time.Time) (*Master, error) {
 	x.learner.sameEpoch = mutation.On && cfg.mut.learnSameEpoch
 	x.learner.ignoreRestarted = mutation.On && cfg.mut.learnIgnoresRestarted
 	for _, id := range cfg.LearnWithout {
-		if x.learner.Forgo(chain.NodeID(id)) {
-			cfg.Logger.Warn("chain master: it learns the chain without a member (--learn-without): a configuration only it knew, and writes only it acknowledged, may be lost", "node", id)
-		}
+		// Any id, not only a configured member: one that joined since the
+		// operator wrote --members is waited for once a learnt
+		// configuration names it (TestLearnWithoutAMemberOfALearntConfiguration).
+		x.learner.forgoBefore(chain.NodeID(id))
+		cfg.Logger.Warn("chain master: it learns the chain without a member (--learn-without): a configuration only it knew, and writes only it acknowledged, may be lost",
+			"node", id, "configured", slices.Contains(cfg.Members, id))
 	}
 	if cfg.Meta != nil {
 		// The record is the configuration: nothing to learn, and nothing

@@ -71,3 +71,56 @@ func TestLearnWithoutCarriesIntoTheWholeChainRestart(t *testing.T) {
 		t.Fatalf("1 and 3 restarted, 2 forgone: RESTART sent %v to %d, want one to 3 (the restart must not wait for 2)", ok, to)
 	}
 }
+
+// TestLearnWithoutAMemberOfALearntConfiguration (review36c): the chain is
+// [1 2 5] at epoch 3 (5 took 3's place since the master's --members were
+// written), 5 is dead for good and 3 restarted, holding no more. The
+// restarted master learns [1 2 5] from 1 and 2 and waits for 5
+// (Learner.Waiting: a member of a learnt configuration); the operator's
+// --learn-without 5 was dropped — Config.LearnWithout forwent only members
+// waited for at the start, the configured ones (and the command refused an
+// id outside --members) — so the master waited for good. It acts once its
+// learning time is up, on [1 2 5]: 1 and 2 leased.
+func TestLearnWithoutAMemberOfALearntConfiguration(t *testing.T) {
+	const hb, lease, failAfter = 50 * time.Millisecond, 300 * time.Millisecond, 600 * time.Millisecond
+	var sent []chain.Msg
+	t0 := time.Unix(1_000_000, 0)
+	now := t0
+	cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: failAfter, StartGrace: 2 * failAfter,
+		LearnWithout: []uint64{5}, Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}
+	x, err := newMaster(cfg, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq uint64
+	for d := time.Duration(0); d <= 3*failAfter; d += hb {
+		now = t0.Add(d)
+		x.tick(now)
+		for _, m := range []chain.Msg{
+			{From: 1, Epoch: 3, ID: 4, LU: 3<<40 + 2, LA: 9, Members: []chain.NodeID{1, 2, 5}},
+			{From: 2, Epoch: 3, ID: 4, LU: 3<<40 + 2, LA: 9, Members: []chain.NodeID{1, 2, 5}},
+			{From: 3, Refused: true, LU: 4, LA: 4},
+		} {
+			seq++
+			m.Type, m.To, m.Seq = chain.MsgHeartbeat, 9, seq
+			x.step([]chain.Msg{m})
+		}
+	}
+	leased := func(n chain.NodeID) bool {
+		return slices.ContainsFunc(sent, func(a chain.Msg) bool {
+			return a.Type == chain.MsgHeartbeat && a.To == n && slices.Contains(a.Members, n)
+		})
+	}
+	if !x.learnUntil.IsZero() || !leased(1) || !leased(2) {
+		t.Fatalf("5 forgone: still learning %v (waiting for %v), 1 leased %v, 2 leased %v; want the master acting on [1 2 5], 1 and 2 leased",
+			!x.learnUntil.IsZero(), x.learnerWaiting(), leased(1), leased(2))
+	}
+}
+
+// learnerWaiting is Learner.Waiting while the master learns (nil after).
+func (x *Master) learnerWaiting() []chain.NodeID {
+	if x.learner == nil {
+		return nil
+	}
+	return x.learner.Waiting()
+}
