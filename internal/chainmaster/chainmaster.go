@@ -1491,6 +1491,18 @@ func (x *Master) learnt() {
 		// the failures made go to a chain that is down: dropped.
 		x.cfg.Logger.Warn("chain master: a restarted member holds updates past every running member's: the chain's configuration is not known; the whole chain restarts from the longest history",
 			"restarted", ahead, "members", x.m.Members())
+		// The restart waits for the members ahead too, and weighs their
+		// histories: one of an earlier learnt configuration only is no
+		// candidate otherwise (restartNodes: the configured members and
+		// the learnt chain's), and the chain restarted without the history
+		// it restarts for (TestAheadMemberIsACandidateOfTheRestart).
+		nodes := x.restartNodes(x.m.Members())
+		for _, id := range ahead {
+			if !slices.Contains(nodes, id) {
+				nodes = append(nodes, id)
+			}
+		}
+		x.m.SetNodes(nodes)
 		for _, id := range x.m.Members() {
 			x.m.Fail(id)
 			delete(x.heard, uint64(id))

@@ -124,3 +124,55 @@ func (x *Master) learnerWaiting() []chain.NodeID {
 	}
 	return x.learner.Waiting()
 }
+
+// TestAheadMemberIsACandidateOfTheRestart (review36c): Learner.Ahead weighs
+// every member of every configuration learnt, but the whole-chain restart
+// it calls waited only for the configured members and the learnt chain's
+// (restartNodes): member 4, of the configuration [1 2 3 4] at 2 that 1
+// still reports and not of the chain [2 3] at 4 the others report,
+// restarted holding updates past theirs — the master restarted the whole
+// chain for it, and then restarted it from 1's shorter history, leaving
+// 4's out (it is joined, and loses them). It is a candidate: the chain
+// restarts from the longest history, 4's.
+func TestAheadMemberIsACandidateOfTheRestart(t *testing.T) {
+	const hb, lease, failAfter = 50 * time.Millisecond, 300 * time.Millisecond, 600 * time.Millisecond
+	const e1 = 1 << 40
+	var sent []chain.Msg
+	t0 := time.Unix(1_000_000, 0)
+	now := t0
+	cfg := Config{Self: 9, Members: []uint64{1, 2, 3}, Heartbeat: hb, Lease: lease, FailAfter: failAfter, StartGrace: 2 * failAfter,
+		Send: func(_ uint64, m *chain.Msg) { sent = append(sent, *m) }}
+	x, err := newMaster(cfg, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted := func(id chain.NodeID, n uint64) chain.Msg {
+		return chain.Msg{From: id, Refused: true, LU: e1 + n, LA: n}
+	}
+	var seq uint64
+	for d := time.Duration(0); d <= 6*failAfter; d += hb {
+		now = t0.Add(d)
+		x.tick(now)
+		beats := []chain.Msg{restarted(1, 5), restarted(2, 5), restarted(3, 5), restarted(4, 9)}
+		if d <= failAfter {
+			beats = []chain.Msg{
+				{From: 1, Epoch: 2, ID: 3, LU: e1 + 5, LA: 5, Members: []chain.NodeID{1, 2, 3, 4}},
+				{From: 2, Epoch: 4, ID: 5, LU: e1 + 5, LA: 5, Members: []chain.NodeID{2, 3}},
+				{From: 3, Epoch: 4, ID: 5, LU: e1 + 5, LA: 5, Members: []chain.NodeID{2, 3}},
+				restarted(4, 9),
+			}
+		}
+		for _, m := range beats {
+			seq++
+			m.Type, m.To, m.Seq = chain.MsgHeartbeat, 9, seq
+			x.step([]chain.Msg{m})
+		}
+	}
+	i := slices.IndexFunc(sent, func(a chain.Msg) bool { return a.Type == chain.MsgRestart })
+	if i < 0 {
+		t.Fatal("4 ahead: the chain never restarted")
+	}
+	if sent[i].To != 4 {
+		t.Fatalf("4 ahead: the chain restarted from %d (%v), want from 4, the longest history", sent[i].To, sent[i])
+	}
+}
