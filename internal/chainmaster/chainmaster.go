@@ -175,7 +175,10 @@ type Config struct {
 	// LearnWithout: members a standalone master does not wait for as it
 	// learns the chain (Learner.Forgo; kefir chain-master --learn-without):
 	// the operator's word that they are dead for good, given before it
-	// starts. RestartWithout says the same to a master learning already.
+	// starts — of the configured chain or of a configuration it will learn
+	// — which holds for the whole-chain restart the learning may end in
+	// (forgoLearnt). RestartWithout says the same to a master learning
+	// already.
 	LearnWithout []uint64
 
 	mut mutations // deliberate bugs for tests
