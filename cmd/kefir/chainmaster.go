@@ -38,7 +38,8 @@ func runChainMaster(args []string, stderr io.Writer) error {
 	chainMode := fs.String("chain-mode", "su", "The chain's update mode, as every member's --chain-mode (su, ausi or au): a member that runs another is refused.")
 	logLevel := fs.String("log-level", "info", "Log level: debug, info, warn, error.")
 	learnWithout := fs.String("learn-without", "", "Members (ids, comma-separated) not to wait for: a master starts with no record of the chain and acts only once it has heard "+
-		"every member (one silent may hold a newer configuration, and writes only it acknowledged, which are then lost): name the members dead for good (docs/chain.md).")
+		"every member (one silent may hold a newer configuration, and writes only it acknowledged, which are then lost): name the members dead for good, "+
+		"of --members or joined since (docs/chain.md).")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -52,16 +53,9 @@ func runChainMaster(args []string, stderr io.Writer) error {
 	if *self == 0 || *peerAddr == "" || len(ms) == 0 || *secret == "" {
 		return usageError{errors.New("--id, --peer-addr, --members and --cluster-secret are required")}
 	}
-	var without []uint64
-	for _, f := range strings.Split(*learnWithout, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		id, err := strconv.ParseUint(f, 10, 64)
-		if err != nil || !slices.ContainsFunc(ms, func(m server.Member) bool { return m.ID == id }) {
-			return usageError{fmt.Errorf("--learn-without %q: not a member id of --members", f)}
-		}
-		without = append(without, id)
+	without, err := parseLearnWithout(*learnWithout, *self)
+	if err != nil {
+		return usageError{err}
 	}
 	mode, err := chain.ParseMode(*chainMode)
 	if err != nil {
@@ -112,4 +106,33 @@ func runChainMaster(args []string, stderr io.Writer) error {
 			}
 		}
 	}
+}
+
+// parseLearnWithout parses --learn-without: member ids, comma-separated
+// (empty: none). An id outside --members is taken: the master waits for
+// every member of every configuration it learns, and a member that joined
+// since --members was written — dead for good — can be forgone only so
+// (chainmaster.Config.LearnWithout). A mistyped id forgoes nobody real: the
+// master then logs whom it still waits for.
+func parseLearnWithout(s string, self uint64) ([]uint64, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var ids []uint64
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		id, err := strconv.ParseUint(f, 10, 64)
+		switch {
+		case f == "":
+			return nil, fmt.Errorf("--learn-without %q: an empty id", s)
+		case err != nil || id == 0:
+			return nil, fmt.Errorf("--learn-without %q: %q is not a node id (a positive integer)", s, f)
+		case id == self:
+			return nil, fmt.Errorf("--learn-without %q: %d is this master's --id, not a member", s, id)
+		case slices.Contains(ids, id):
+			return nil, fmt.Errorf("--learn-without %q: %d named twice", s, id)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
 }

@@ -175,7 +175,10 @@ type Config struct {
 	// LearnWithout: members a standalone master does not wait for as it
 	// learns the chain (Learner.Forgo; kefir chain-master --learn-without):
 	// the operator's word that they are dead for good, given before it
-	// starts. RestartWithout says the same to a master learning already.
+	// starts — of the configured chain or of a configuration it will learn
+	// — which holds for the whole-chain restart the learning may end in
+	// (forgoLearnt). RestartWithout says the same to a master learning
+	// already.
 	LearnWithout []uint64
 
 	mut mutations // deliberate bugs for tests
@@ -292,6 +295,13 @@ type Master struct {
 	paged bool // "every member that may hold it is paged" was logged
 	// waitLogged: "the learning waits for members" was logged.
 	waitLogged bool
+	// learntWithout: the members the operator forwent as the master
+	// learnt the chain (Learner.Forgo: --learn-without, RestartWithout)
+	// and not heard since. The operator's word that they are dead for good
+	// holds for the next whole-chain restart too (forgoLearnt): it waits
+	// for every configured member otherwise, and a standalone master has
+	// no other way to forgo one (no admin port).
+	learntWithout map[uint64]bool
 	// refused: nodes left out of a whole-chain restart whose join was
 	// refused (chain.ForgoneError) and logged.
 	refused map[uint64]bool
@@ -539,6 +549,11 @@ func (l *Learner) Over() bool {
 	return len(l.Waiting()) == 0 || len(l.lu) == 0
 }
 
+// forgoBefore is Forgo said before the learning started (Config.LearnWithout):
+// n need not be waited for yet — a member of a configuration still to be
+// learnt, which the operator knows and the master does not.
+func (l *Learner) forgoBefore(n chain.NodeID) { l.forgone[n] = true }
+
 // Forgo stops waiting for member n (the operator's; Master.RestartWithout):
 // whatever configuration it alone knew, and the updates it alone
 // acknowledged, are given up. It reports whether n was waited for.
@@ -690,9 +705,12 @@ func newMaster(cfg Config, now func() time.Time) (*Master, error) {
 	x.learner.sameEpoch = mutation.On && cfg.mut.learnSameEpoch
 	x.learner.ignoreRestarted = mutation.On && cfg.mut.learnIgnoresRestarted
 	for _, id := range cfg.LearnWithout {
-		if x.learner.Forgo(chain.NodeID(id)) {
-			cfg.Logger.Warn("chain master: it learns the chain without a member (--learn-without): a configuration only it knew, and writes only it acknowledged, may be lost", "node", id)
-		}
+		// Any id, not only a configured member: one that joined since the
+		// operator wrote --members is waited for once a learnt
+		// configuration names it (TestLearnWithoutAMemberOfALearntConfiguration).
+		x.learner.forgoBefore(chain.NodeID(id))
+		cfg.Logger.Warn("chain master: it learns the chain without a member (--learn-without): a configuration only it knew, and writes only it acknowledged, may be lost",
+			"node", id, "configured", slices.Contains(cfg.Members, id))
 	}
 	if cfg.Meta != nil {
 		// The record is the configuration: nothing to learn, and nothing
@@ -831,6 +849,10 @@ func (x *Master) step(msgs []chain.Msg) {
 		if x.otherMode(msg, now) {
 			continue
 		}
+		// Heard: not dead for good after all (forgoLearnt). (A forgone
+		// member heard while the chain is down is a candidate again in
+		// chain.Master.Restarted anyway.)
+		delete(x.learntWithout, from)
 		if !x.learnUntil.IsZero() {
 			x.learn(msg, now)
 			continue
@@ -1435,6 +1457,32 @@ func (x *Master) learn(msg chain.Msg, now time.Time) {
 	}
 }
 
+// forgoLearnt leaves the members the operator forwent as the master learnt
+// the chain (learntWithout) out of a whole-chain restart, once the chain is
+// down: they are candidates (every configured member is, restartNodes),
+// and without this the restart waited for them for good — an Ahead member
+// or a chain with no replica left ends the learning in such a restart
+// (TestLearnWithoutCarriesIntoTheWholeChainRestart). What it costs is
+// chain.Master.Forgo's, the cost the operator accepted: a forgone member
+// that comes back holding more than the chain restarted from is refused
+// until it restarts empty.
+func (x *Master) forgoLearnt() {
+	if len(x.learntWithout) == 0 || !x.m.Down() {
+		return
+	}
+	for _, id := range slices.Sorted(maps.Keys(x.learntWithout)) {
+		delete(x.learntWithout, id)
+		if !slices.Contains(x.m.Awaited(), chain.NodeID(id)) {
+			continue
+		}
+		if _, err := x.m.Forgo(chain.NodeID(id)); err != nil {
+			x.cfg.Logger.Warn("chain master: the whole chain restarts: it waits for a member forgone by --learn-without", "node", id, "err", err)
+			continue
+		}
+		x.cfg.Logger.Warn("chain master: the whole chain restarts without a member forgone by --learn-without: writes only it acknowledged may be lost", "node", id)
+	}
+}
+
 // learnt ends the learning: the master acts on its configuration.
 func (x *Master) learnt() {
 	x.below = x.learner.Unheard()
@@ -1446,6 +1494,18 @@ func (x *Master) learnt() {
 		// the failures made go to a chain that is down: dropped.
 		x.cfg.Logger.Warn("chain master: a restarted member holds updates past every running member's: the chain's configuration is not known; the whole chain restarts from the longest history",
 			"restarted", ahead, "members", x.m.Members())
+		// The restart waits for the members ahead too, and weighs their
+		// histories: one of an earlier learnt configuration only is no
+		// candidate otherwise (restartNodes: the configured members and
+		// the learnt chain's), and the chain restarted without the history
+		// it restarts for (TestAheadMemberIsACandidateOfTheRestart).
+		nodes := x.restartNodes(x.m.Members())
+		for _, id := range ahead {
+			if !slices.Contains(nodes, id) {
+				nodes = append(nodes, id)
+			}
+		}
+		x.m.SetNodes(nodes)
 		for _, id := range x.m.Members() {
 			x.m.Fail(id)
 			delete(x.heard, uint64(id))
@@ -1457,8 +1517,19 @@ func (x *Master) learnt() {
 			x.failBelow(id, x.learner.at[id])
 		}
 	}
+	for id := range x.learner.forgone {
+		_, replica := x.learner.reported[id]
+		if _, restarted := x.learner.restarted[id]; replica || restarted {
+			continue // heard after all: not dead for good
+		}
+		if x.learntWithout == nil {
+			x.learntWithout = map[uint64]bool{}
+		}
+		x.learntWithout[uint64(id)] = true
+	}
 	x.learnUntil, x.learner = time.Time{}, nil
 	x.committed = x.config() // what heartbeats are answered with from now on
+	x.forgoLearnt()
 	x.cfg.Logger.Info("chain master: acting", "members", x.m.Members(), "epoch", x.m.Epoch())
 }
 
@@ -1506,6 +1577,7 @@ func (x *Master) tick(now time.Time) {
 			delete(x.progress, uint64(id))
 		}
 	}
+	x.forgoLearnt()
 	if j := x.m.Joiner(); j != 0 {
 		// A pre-copying joiner is not in the chain yet: nothing waits for
 		// it, and restoring a large snapshot holds its driver, hence its

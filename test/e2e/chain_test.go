@@ -285,9 +285,10 @@ func TestChainMasterRestartLearnsTheChain(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // the master's 1 s failure timeout, then the repair
 	n3.Start()
 	g.rejoined(2)
-	// Joined by the master (its log says so within a second): n3 restarted
-	// and still waiting to be joined is no replica, which the restarted
-	// master would wait for (it forgot its configuration).
+	// Joined by the master (its log says so within a second): killed
+	// before, the master would leave a chain n1-n2, whose head after n1's
+	// failure is n2, not the n3 this test expects (a restarted n3 waiting
+	// to be joined is heard, not waited for).
 	if !testgroup.Until(20*time.Second, 100*time.Millisecond, func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
