@@ -441,11 +441,27 @@ func CursorOf(key []byte, withHash bool) uint64 {
 	return c
 }
 
-// ParseCursor reads a SCAN cursor (Redis's "invalid cursor" error).
+// ParseCursor reads a SCAN (or HSCAN) cursor as Redis does, with C's
+// strtoul over the whole argument: decimal digits after an optional sign, a
+// negative one wrapped modulo 2^64 (-1 is 2^64-1), an empty one 0; leading
+// space, other bytes or a magnitude above 2^64-1 are "invalid cursor".
 func ParseCursor(arg []byte) (uint64, error) {
-	c, err := strconv.ParseUint(string(arg), 10, 64)
-	if err != nil {
-		return 0, ReplyError("ERR invalid cursor")
+	s, neg := arg, false
+	if len(s) > 0 && (s[0] == '+' || s[0] == '-') {
+		s, neg = s[1:], s[0] == '-'
+		if len(s) == 0 {
+			return 0, ReplyError("ERR invalid cursor") // strtoul read nothing: the sign is left
+		}
+	}
+	var c uint64
+	if len(s) > 0 {
+		var err error
+		if c, err = strconv.ParseUint(string(s), 10, 64); err != nil {
+			return 0, ReplyError("ERR invalid cursor")
+		}
+	}
+	if neg {
+		c = -c
 	}
 	return c, nil
 }

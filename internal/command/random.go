@@ -1,6 +1,8 @@
 package command
 
 import (
+	"math"
+
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/resp"
 )
@@ -81,13 +83,19 @@ func HRandField(args [][]byte, run Run, intN IntN) (Reply, error) {
 			return nil, err
 		}
 		count = n
+		if count == math.MinInt64 { // Redis reads it in [-LONG_MAX, LONG_MAX]
+			return nil, ReplyError("ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807")
+		}
 		switch {
 		case len(args) == 4 && Eq(args[3], "WITHVALUES"):
 			withValues = true
 		case len(args) > 3:
 			return nil, ErrSyntax
 		}
-		if count < -(1<<40) || count > 1<<40 {
+		// Redis's bound with WITHVALUES (twice the count's replies), and
+		// Kefir's on a count of repeats (a positive count picks at most
+		// the hash's fields, so it needs none).
+		if withValues && (count < -math.MaxInt64/2 || count > math.MaxInt64/2) || count < -(1<<40) {
 			return nil, ReplyError("ERR value is out of range")
 		}
 	}

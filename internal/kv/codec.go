@@ -130,7 +130,7 @@ func DecodeOp(b []byte) (Op, error) {
 var resultErrs = []error{nil, ErrWrongType, ErrOverflow, ErrReservedKey, ErrInvalidOp, nil,
 	ErrNoSuchKey, ErrSameObject, ErrNotFloat, ErrNaN, ErrTooBig,
 	ErrWrongKind, ErrHashNotInt, ErrHashNotFloat, ErrHashCopy, ErrHashCopyTooBig,
-	ErrSlotMoved, ErrSlotTransition, ErrSlotStaleRequest, ErrTxLocked}
+	ErrSlotMoved, ErrSlotTransition, ErrSlotStaleRequest, ErrTxLocked, ErrHashNaN}
 
 // AppendResult appends the encoding of a write's outcome (result, or the op's
 // error) to b: kind byte | int varint | version uvarint | error code byte |

@@ -97,6 +97,9 @@ var (
 	ErrWrongKind    = errors.New("WRONGTYPE Operation against a key holding the wrong kind of value")
 	ErrHashNotInt   = errors.New("hash value is not an integer")
 	ErrHashNotFloat = errors.New("hash value is not a float")
+	// ErrHashNaN: HINCRBYFLOAT's increment is infinite (Redis checks it
+	// before the field; INCRBYFLOAT answers ErrNaN instead).
+	ErrHashNaN = errors.New("value is NaN or Infinity")
 	// ErrHashCopyTooBig: COPY of a hash of more than MaxHashCopyFields
 	// fields (or MaxHashCopyBytes of them) is refused: its copy is one op's
 	// records, one engine batch.
@@ -545,8 +548,12 @@ func ApplyHashTo(get Getter, has Prober, version uint64, op *Op, emit Emit, o Ap
 		return fmt.Errorf("%w: %v needs fields", ErrInvalidOp, op.Kind)
 	}
 	if op.Kind == KindHIncrByFloat {
-		if _, ok := ParseLongDouble(op.Value); !ok {
+		inc, ok := ParseLongDouble(op.Value)
+		if !ok {
 			return ErrNotFloat // Redis checks the increment first
+		}
+		if inc.IsInf() {
+			return ErrHashNaN
 		}
 	}
 	var h hashState

@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"bytes"
 	"math/big"
 	"math/bits"
 	"strings"
@@ -67,21 +68,112 @@ const longDoublePrec = 64
 // longDoubleMaxExp: a result at or above 2^16384 is infinite in long double.
 const longDoubleMaxExp = 16384
 
-// ParseLongDouble parses s as Redis's string2ld does (no spaces, no NaN,
-// decimal), at long double precision; ok false otherwise.
+// ParseLongDouble parses s as Redis's string2ld does: glibc's strtold over
+// the whole string (up to a NUL byte, as strtold stops there), which takes a
+// decimal or a hexadecimal (0x, with an optional binary exponent p) number,
+// inf or infinity in any case, with an optional sign; no leading space, no
+// NaN, nothing after the number, and no number strtold reports as out of
+// range (one that overflows long double, or a nonzero one that rounds to
+// zero). At long double precision; ok false otherwise.
 func ParseLongDouble(s []byte) (*big.Float, bool) {
-	if len(s) == 0 || len(s) > 5*1024 || isSpace(s[0]) || isSpace(s[len(s)-1]) {
+	if len(s) == 0 || len(s) >= 5*1024 || isSpace(s[0]) {
 		return nil, false
 	}
-	str := string(s)
-	if strings.ContainsAny(str, "_ \t\r\n") || strings.EqualFold(strings.TrimLeft(str, "+-"), "nan") {
+	if i := bytes.IndexByte(s, 0); i >= 0 {
+		s = s[:i] // Redis passes a C string to strtold
+	}
+	if len(s) == 0 {
+		// strtold reads no number and ends where it began, at the NUL:
+		// Redis takes that as 0.
+		return new(big.Float).SetPrec(longDoublePrec), true
+	}
+	body := s
+	neg := false
+	if len(body) > 0 && (body[0] == '+' || body[0] == '-') {
+		neg, body = body[0] == '-', body[1:]
+	}
+	if len(body) > 0 && (body[0] == 'i' || body[0] == 'I') {
+		if !strings.EqualFold(string(body), "inf") && !strings.EqualFold(string(body), "infinity") {
+			return nil, false
+		}
+		return new(big.Float).SetPrec(longDoublePrec).SetInf(neg), true
+	}
+	hex := len(body) >= 2 && body[0] == '0' && (body[1] == 'x' || body[1] == 'X')
+	var nonzero, ok bool
+	if hex {
+		nonzero, ok = scanFloatLiteral(body[2:], true)
+	} else {
+		nonzero, ok = scanFloatLiteral(body, false)
+	}
+	switch {
+	case !ok:
+		return nil, false
+	case !nonzero:
+		f := new(big.Float).SetPrec(longDoublePrec)
+		if neg {
+			f.Neg(f)
+		}
+		return f, true
+	}
+	base := 10
+	if hex {
+		base = 0 // big.ParseFloat reads the 0x prefix and a p exponent
+	}
+	f, _, err := big.ParseFloat(string(s), base, longDoublePrec, big.ToNearestEven)
+	if err != nil || !finite(f) { // exponent overflow either way: ERANGE
 		return nil, false
 	}
-	f, _, err := big.ParseFloat(str, 10, longDoublePrec, big.ToNearestEven)
-	if err != nil {
-		return nil, false
+	var m big.Float
+	e := f.MantExp(&m)
+	if e < longDoubleMinExp || e == longDoubleMinExp && m.Abs(&m).Cmp(big.NewFloat(0.5)) == 0 {
+		return nil, false // rounds to zero: ERANGE
 	}
 	return f, true
+}
+
+// longDoubleMinExp: a nonzero value at or below 2^(longDoubleMinExp-1) =
+// 2^-16446, half the smallest subnormal long double, rounds to zero.
+const longDoubleMinExp = -16445
+
+// scanFloatLiteral reports whether s is a whole mantissa (digits with at most
+// one point, at least one digit) and optional exponent (e or, in hex, p,
+// an optional sign, digits), as strtold would read to its end, and whether
+// the mantissa has a nonzero digit.
+func scanFloatLiteral(s []byte, hex bool) (nonzero, ok bool) {
+	digit := func(c byte) bool {
+		return c >= '0' && c <= '9' || hex && (c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F')
+	}
+	i, digits, point := 0, 0, false
+	for ; i < len(s); i++ {
+		switch c := s[i]; {
+		case digit(c):
+			digits++
+			nonzero = nonzero || c != '0'
+			continue
+		case c == '.' && !point:
+			point = true
+			continue
+		}
+		break
+	}
+	if digits == 0 {
+		return false, false
+	}
+	if i == len(s) {
+		return nonzero, true
+	}
+	if e := s[i]; (!hex && (e == 'e' || e == 'E')) || (hex && (e == 'p' || e == 'P')) {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		n := 0
+		for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+			n++
+		}
+		return nonzero, n > 0 && i == len(s)
+	}
+	return false, false
 }
 
 func isSpace(c byte) bool {
