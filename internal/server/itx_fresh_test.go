@@ -19,8 +19,23 @@ func longFreshWait(t *testing.T) {
 	t.Cleanup(func() { txFreshWait = old })
 }
 
+// startIsolatableGroup is startGroup for the tests that isolate its leader
+// (isolate) to keep a commit in flight for a while: a view-change timeout
+// of 5 s, so that no view change ends the isolation early on a loaded box
+// (the default 300 ms is shorter than two sleeps and a heal stretched by
+// load, and a new leader answers the commit "outcome unknown").
+func startIsolatableGroup(t *testing.T, mod func(*Config)) *group {
+	return startGroupWith(t, func(c *Config) {
+		c.ViewChangeTimeout = 5 * time.Second
+		if mod != nil {
+			mod(c)
+		}
+	})
+}
+
 // isolate cuts (or heals) the group's node l off from the other members: a
-// commit it proposes then stays in flight.
+// commit it proposes then stays in flight. Start the group with
+// startIsolatableGroup.
 func (g *group) isolate(t *testing.T, l int, on bool) {
 	t.Helper()
 	r := vrOf(g.nodes[l])
@@ -39,7 +54,7 @@ func (g *group) isolate(t *testing.T, l int, on bool) {
 // replaced, from its start at BEGIN, and its commit aborted.
 func TestTxFirstReadWaitsForACommitInFlight(t *testing.T) {
 	longFreshWait(t)
-	g := startGroup(t)
+	g := startIsolatableGroup(t, nil)
 	l := g.leader(t)
 	a, b := dial(t, g.nodes[l]), dial(t, g.nodes[l])
 	a.expect(`SET k 1 => OK`)
@@ -79,7 +94,7 @@ func TestTxRefreshAfterReadCaught(t *testing.T) {
 	mutation.Require(t)
 	longFreshWait(t)
 	run := func() (x, y string) {
-		g := startGroup(t)
+		g := startIsolatableGroup(t, nil)
 		l := g.leader(t)
 		a, b := dial(t, g.nodes[l]), dial(t, g.nodes[l])
 		a.expect(`MSET x 1 y 1 => OK`)
@@ -118,7 +133,7 @@ KEFIR.TX SET ` + ha + ` y 2 => OK
 // observed the state the EXEC replaced and its EXEC answered nil.
 func TestWatchWaitsForAnExecInFlight(t *testing.T) {
 	longFreshWait(t)
-	g := startGroup(t)
+	g := startIsolatableGroup(t, nil)
 	l := g.leader(t)
 	a, b := dial(t, g.nodes[l]), dial(t, g.nodes[l])
 	a.expect(`
@@ -158,7 +173,7 @@ func TestTxFirstReadWaitsForACommitInFlightInAClusterOfGroups(t *testing.T) {
 	longFreshWait(t)
 	key := "{fresh}k"
 	slot := cluster.Slot([]byte(key))
-	g := startGroupWith(t, func(c *Config) {
+	g := startIsolatableGroup(t, func(c *Config) {
 		c.Groups = []cluster.GroupSpec{
 			{ID: 1, Members: []uint64{1, 2, 3}, Slots: []cluster.SlotRange{{Start: 0, End: 8191}}},
 			{ID: 2, Members: []uint64{2, 3, 1}, Slots: []cluster.SlotRange{{Start: 8192, End: 16383}}},

@@ -115,7 +115,7 @@ GET x => "8"
 // handle), and the next plain BEGIN continues above it.
 func TestTxBeginThenWaitsForACommitInFlight(t *testing.T) {
 	longFreshWait(t)
-	g := startGroup(t)
+	g := startIsolatableGroup(t, nil)
 	l := g.leader(t)
 	a, b := dial(t, g.nodes[l]), dial(t, g.nodes[l])
 	a.expect(`SET k 1 => OK`)
