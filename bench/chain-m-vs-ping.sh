@@ -76,7 +76,7 @@ SPID[$((BASE + 1))]=$!
 # memory BINARY PORT: the memory-only member (M), a chain of one with
 # --chain-store memory, client port PORT (peer PORT+10, admin PORT+20).
 memory() {
-	taskset -c 0 "$1" server --engine chain --chain-store memory --members "1@127.0.0.1:$(($2 + 10))/127.0.0.1:$2" \
+	taskset -c 0 "$1" server --engine chain --chain-store memory --chain-log-member=false --members "1@127.0.0.1:$(($2 + 10))/127.0.0.1:$2" \
 		--replica-id 1 --node-id "m$2" --cluster-id 78 --bootstrap true --dir "$WORK/mem$2" \
 		--client-addr "127.0.0.1:$2" --peer-addr "127.0.0.1:$(($2 + 10))" \
 		--http-addr "127.0.0.1:$(($2 + 20))" --log-level warn >"$WORK/m$2.log" 2>&1 &

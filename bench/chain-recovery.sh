@@ -60,9 +60,14 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.2f", b-a}'; }
 # node R I [flags]: starts member I of a chain of R.
 # Member I's store is ST[I-1] (set by config).
 node() {
-	local r=$1 i=$2 m=""
+	local r=$1 i=$2 m="" logged=false
 	shift 2
-	set -- --chain-store "${ST[$((i - 1))]}" "$@"
+	# --chain-log-member: whether the chain's configured stores hold a log
+	# (d), as kefir up sets it; a memory-only chain answers sync writes.
+	for j in $(seq 1 "$r"); do
+		case ${ST[$((j - 1))]} in d | log) logged=true ;; esac
+	done
+	set -- --chain-store "${ST[$((i - 1))]}" --chain-log-member="$logged" "$@"
 	for j in $(seq 1 "$r"); do
 		m="$m${m:+,}$j@127.0.0.1:$((BASE + 9 + j))/127.0.0.1:$((BASE + j - 1))"
 	done

@@ -44,6 +44,9 @@ type serverConfig struct {
 	// ChainFlush a buffered or memory member's flush interval.
 	ChainStore vrshard.ChainStore
 	ChainFlush time.Duration
+	// ChainNoLogMember: no member of the chain is a log
+	// (--chain-log-member=false).
+	ChainNoLogMember bool
 	// ChainMode is the chain's update mode (--chain-mode), the same on
 	// every member.
 	ChainMode chain.Mode
@@ -253,6 +256,12 @@ var serverOptions = []option{
 		func(c *serverConfig, v string) error {
 			st, err := vrshard.ParseChainStore(v)
 			c.ChainStore = st
+			return err
+		}},
+	{"chain-log-member", "true", "With --engine chain (and a cluster's chain groups): some member of the chain is a log (--chain-store log), the same on every member. A sync write is then answered only once a log member's disk holds it — by a memory or buffered member too that never heard from one (a log member that failed before its first acknowledgement, a chain restarted from a memory or buffered member): it waits for a log member to join, or fails at the request timeout. false: the chain is memory and buffered members only, and a sync write is answered once every member's store holds it (docs/chain.md, \"Datastores\"). kefir up sets it from --chain-stores.",
+		func(c *serverConfig, v string) error {
+			b, err := strconv.ParseBool(v)
+			c.ChainNoLogMember = !b
 			return err
 		}},
 	{"chain-mode", "su", "With --engine chain: the chain's update mode, the same on every member (the master refuses a member that runs another; docs/chain.md, \"Update modes\"). su: a write is answered once every member holds it (each log member on its disk). ausi: once every member holds it in memory, no disk waited for (a power cut may take the last writes). au: an async write is answered by the head as soon as it has it (a crash of the head may take it); sync and cad writes once every member holds it; linearizable reads are refused.",

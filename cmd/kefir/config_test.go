@@ -655,6 +655,15 @@ func TestChainStoresFlags(t *testing.T) {
 	if _, err := loadServerConfig([]string{"--chain-flush", "0s"}, envMap(nil), &bytes.Buffer{}); err == nil {
 		t.Fatal("--chain-flush 0s accepted")
 	}
+	// --chain-log-member: the chain has a log member unless told (a memory
+	// or buffered member then waits for one's disk before a sync answer).
+	if cfg.ChainNoLogMember {
+		t.Fatal("--chain-log-member defaults to false")
+	}
+	cfg, err = loadServerConfig([]string{"--engine", "chain", "--chain-store", "memory", "--chain-log-member=false"}, envMap(nil), &bytes.Buffer{})
+	if err != nil || !cfg.ChainNoLogMember {
+		t.Fatalf("--chain-log-member=false: %v, no log member %v", err, cfg.ChainNoLogMember)
+	}
 	// --precopy-rate: a size a second (default 16 MiB), 0 unpaced (the
 	// member's option: negative).
 	for v, want := range map[string]int64{"": 16 << 20, "4MiB": 4 << 20, "0": -1} {

@@ -177,7 +177,7 @@ func runServer(args []string, stderr io.Writer) error {
 	// A chain group of a cluster of several groups (kefir cluster
 	// add-group --engine chain): any node of the cluster may be named in
 	// one, so every node can open one.
-	cfg.OpenChainReplica = vrshard.OpenChainGroup(vrshard.ChainStoreOptions{Store: cfg.ChainStore, Flush: cfg.ChainFlush, PrecopyRate: cfg.PrecopyRate})
+	cfg.OpenChainReplica = vrshard.OpenChainGroup(vrshard.ChainStoreOptions{Store: cfg.ChainStore, Flush: cfg.ChainFlush, NoLogMember: cfg.ChainNoLogMember, PrecopyRate: cfg.PrecopyRate})
 	if cfg.Engine != "chain" && len(cfg.Groups) == 0 && cfg.ChainStore != vrshard.ChainLog {
 		// (A node of several groups takes it for the chain groups it is
 		// named in.)
@@ -193,7 +193,7 @@ func runServer(args []string, stderr io.Writer) error {
 		// The master hosted by the metadata group (the first members by
 		// id), or a standalone one (--chain-master).
 		cfg.Chain = true // any number of members (a chain of two runs)
-		st := vrshard.ChainStoreOptions{Store: cfg.ChainStore, Flush: cfg.ChainFlush, PrecopyRate: cfg.PrecopyRate, Mode: cfg.ChainMode}
+		st := vrshard.ChainStoreOptions{Store: cfg.ChainStore, Flush: cfg.ChainFlush, NoLogMember: cfg.ChainNoLogMember, PrecopyRate: cfg.PrecopyRate, Mode: cfg.ChainMode}
 		cfg.OpenReplica = vrshard.OpenHostedChainNode(0, st)
 		if cfg.ChainMaster.ID != 0 {
 			cfg.OpenReplica = vrshard.OpenHostedChain(cfg.ChainMaster.ID, cfg.ChainMaster.PeerAddr, st)

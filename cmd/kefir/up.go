@@ -273,7 +273,8 @@ Options:
 			}
 			n.args = append(n.args, chainArgs...)
 			if stores != nil {
-				n.args = append(n.args, "--chain-store", stores[i].String())
+				n.args = append(n.args, "--chain-store", stores[i].String(),
+					"--chain-log-member", strconv.FormatBool(slices.Contains(stores, vrshard.ChainLog)))
 			}
 			// The secret goes through the environment: flags show in ps.
 			n.env = append(os.Environ(), "KEFIR_CLUSTER_SECRET="+grp.secret)

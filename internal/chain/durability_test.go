@@ -380,6 +380,90 @@ func TestSyncNeedsALogMember(t *testing.T) {
 	}
 }
 
+// TestMemoryHeadNeverHeardALogMember: M-D, a memory head over a log tail
+// that fails before its first acknowledgement reaches the head. The head,
+// left the chain alone, has heard from no log member — no message said the
+// chain had one — but its configuration does (Config.HadLog, the host's
+// deployment: kefir server --chain-log-member): it commits the writes (LA)
+// and moves no durable point (DA) over them, so its host answers no `sync`
+// write that no disk holds. On the code before (hadLog learnt from messages
+// only; the mutation hadLogFromTraffic) its DA moved with LA, vacuously
+// (design/chain.md, "A sync answer needs a disk").
+func TestMemoryHeadNeverHeardALogMember(t *testing.T) {
+	for _, mode := range []Mode{SU, AUSI, AU} {
+		t.Run(mode.String(), func(t *testing.T) {
+			if err := memoryHeadAlone(mode, mutations{}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if !mutation.On {
+		return // hadLogFromTraffic needs -tags mutations
+	}
+	for _, mode := range []Mode{SU, AUSI, AU} {
+		if err := memoryHeadAlone(mode, mutations{hadLogFromTraffic: true}); err == nil {
+			t.Fatalf("%s: hadLogFromTraffic not caught: the memory head alone kept its durable point", mode)
+		} else {
+			t.Logf("%s: hadLogFromTraffic caught: %v", mode, err)
+		}
+	}
+}
+
+// memoryHeadAlone runs TestMemoryHeadNeverHeardALogMember's M-D chain with
+// mut on both members and returns what went wrong.
+func memoryHeadAlone(mode Mode, mut mutations) error {
+	h := newHarness([]NodeID{1, 2}, 2, 64, 0)
+	h.syncPersist = true
+	h.setup(mode, func(id NodeID) Store {
+		if id == 2 {
+			return Log
+		}
+		return Memory
+	})
+	for _, m := range h.members {
+		m.mut = mut
+	}
+	id := uint64(0)
+	put := func(n int) {
+		for range n {
+			id++
+			h.master.Put(id, []byte(fmt.Sprintf("k%d=v%d", id%3, id)))
+			h.collect()
+		}
+	}
+	// The updates reach the tail, which persists them; its
+	// acknowledgements never leave it: it fails first.
+	put(3)
+	for len(h.queues[link{1, 2}])+len(h.queues[link{2, 2}]) > 0 {
+		for _, l := range []link{{1, 2}, {2, 2}} {
+			if len(h.queues[l]) > 0 {
+				h.deliver(l)
+			}
+		}
+	}
+	if s := h.members[1].Status(); s.DA != 0 || s.LA != 0 {
+		return fmt.Errorf("before the tail's acknowledgements, the head's DA %s, LA %s: want 0", FormatSeq(s.DA), FormatSeq(s.LA))
+	}
+	h.crash(2, true)
+	h.collect()
+	h.stabilize()
+	put(3)
+	h.stabilize()
+	for range 5 {
+		h.mtick(1)
+		h.stabilize()
+	}
+	hd := h.members[1]
+	s := hd.Status()
+	if h.master.Head() != 1 || h.master.Tail() != 1 || len(hd.History()) != 6 || s.LA != hd.History()[5].Seq {
+		return fmt.Errorf("the memory head alone did not commit the writes: head %d, tail %d, %d entries, LA %s", h.master.Head(), h.master.Tail(), len(hd.History()), FormatSeq(s.LA))
+	}
+	if s.DA != 0 {
+		return fmt.Errorf("the memory head alone, which never heard from a log member, moved DA to %s (LA %s): a sync write would be answered with no disk holding it", FormatSeq(s.DA), FormatSeq(s.LA))
+	}
+	return nil
+}
+
 // TestMemoryJoinerKeepsNoDiskDurablePoint: a memory member that joins a
 // chain left with memory members only (D-M, the log head crashed) and then
 // becomes the head alone must not hold a durable point (DA) over writes no

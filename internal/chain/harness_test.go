@@ -129,6 +129,10 @@ type harness struct {
 	// kind (nil: memory for all).
 	mode  Mode
 	store func(NodeID) Store
+	// hadLog: some member of the initial chain is a log (setup), which
+	// every member's configuration says (Config.HadLog), as a host's
+	// deployment does.
+	hadLog bool
 	// syncPersist: a member's persistence requests are done at once, in
 	// the step that made them, before anything it sent is delivered. The
 	// whole-chain restarts need it: the core's tail answers a read from
@@ -178,7 +182,7 @@ func (h *harness) recordDisks() {
 // config is the configuration every member of the harness gets.
 func (h *harness) config(id NodeID) Config {
 	c := Config{ID: id, Master: masterID, PrecopyChunk: h.chunk, SeqBits: h.seqBits, Mode: h.mode, PersistBatch: 4,
-		PinTimeout: h.pinTimeout}
+		PinTimeout: h.pinTimeout, HadLog: h.hadLog}
 	if h.store != nil {
 		c.Store = h.store(id)
 	}
@@ -191,6 +195,10 @@ func (h *harness) setup(mode Mode, store func(NodeID) Store) {
 	h.mode, h.store = mode, store
 	h.master.SetMode(mode)
 	ids := h.master.Members()
+	h.hadLog = false
+	for _, id := range ids {
+		h.hadLog = h.hadLog || store != nil && store(id) == Log
+	}
 	for _, id := range ids {
 		c := h.config(id)
 		c.Members = ids

@@ -165,6 +165,18 @@ type Config struct {
 	// of its own (Member.paged), its pre-copy asks for a snapshot, which
 	// replaces that state, and it takes no RESTART or FLUSH before one.
 	Paged bool
+	// HadLog: the chain has a log member by configuration — its host's
+	// deployment names every member's store (kefir server
+	// --chain-log-member, which kefir up sets from --chain-stores). The
+	// member knows it from the start, as if a message had said so
+	// (Member.hadLog), and never takes a vacuous durable point: a memory or
+	// buffered member that never heard from a log member (the log tail of
+	// an M-D chain failed before its first acknowledgement reached the
+	// head; a chain restarted from a memory or buffered member) answers no
+	// `sync` write no disk holds. False: learnt from messages only (a chain
+	// of memory and buffered members by configuration keeps its vacuous
+	// durable point, as before).
+	HadLog bool
 }
 
 // mutations are deliberate bugs the tests switch on to show that the
@@ -204,6 +216,9 @@ type mutations struct {
 	// persistence: a host answers a write asking for durability before
 	// every log member persisted it.
 	durableUnpersisted bool
+	// hadLogFromTraffic: the member ignores Config.HadLog and learns that
+	// the chain had a log member from messages only (the code before).
+	hadLogFromTraffic bool
 }
 
 // Member is one chain member's protocol state for one chain (one key range):
@@ -417,7 +432,7 @@ func (m *Member) ReadyReuse() []Msg {
 
 func (m *Member) send(to NodeID, msg Msg) {
 	msg.From, msg.To = m.cfg.ID, to
-	if (msg.Type == MsgUpdate || msg.Type == MsgFlush) && m.hadLog {
+	if (msg.Type == MsgUpdate || msg.Type == MsgFlush) && m.knowsLog() {
 		// The successor learns that the chain has a log member before it
 		// holds anything (raiseDA); a joiner, from the FLUSH that went round
 		// the old chain, before it merges — with no update relayed during
@@ -1108,7 +1123,7 @@ func (m *Member) raiseDA() bool {
 	// Vacuously only on what it knows: as the tail, or once the successor
 	// it has now reported (a joiner merging has heard nothing from its
 	// successor yet, which may know of a log member).
-	vacuous := !m.hadLog && (m.succ == 0 || m.succHeard == m.succ)
+	vacuous := !m.knowsLog() && (m.succ == 0 || m.succHeard == m.succ)
 	if (logged || vacuous) && d > m.da {
 		m.da = d
 		return true
@@ -1126,7 +1141,13 @@ func (m *Member) durSay() durSaid {
 	if _, logged := m.durPoint(); logged {
 		return durSaid{}
 	}
-	return durSaid{noLog: true, hadLog: m.hadLog}
+	return durSaid{noLog: true, hadLog: m.knowsLog()}
+}
+
+// knowsLog: the member knows that the chain had a log member — from its own
+// store, a message (hadLog), or its configuration (Config.HadLog).
+func (m *Member) knowsLog() bool {
+	return m.hadLog || m.cfg.HadLog && !(mutation.On && m.mut.hadLogFromTraffic)
 }
 
 // sendAck acknowledges LA and DA to the predecessor (Done: the ack says DA;
@@ -1219,7 +1240,7 @@ func (m *Member) noticed(d uint64) {
 // member from it down (its last report said NoLog), whose own DA could not
 // move otherwise (noticed), once per change of DA or successor.
 func (m *Member) passDown() {
-	if m.succ == 0 || !m.succNoLog || !m.hadLog || m.state != Active || m.da == 0 || (m.da <= m.downSaid && m.succ == m.downTo) {
+	if m.succ == 0 || !m.succNoLog || !m.knowsLog() || m.state != Active || m.da == 0 || (m.da <= m.downSaid && m.succ == m.downTo) {
 		return
 	}
 	m.downSaid, m.downTo = m.da, m.succ

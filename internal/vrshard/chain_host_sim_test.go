@@ -88,7 +88,7 @@ func (c *hostChain) String() string {
 // options are member id's chain options.
 func (c *hostChain) options(id sim.Addr) *ChainOptions {
 	return &ChainOptions{Master: hostChainMembers + 1, Heartbeat: hostChainHeartbeat, Lease: hostChainLease,
-		Store: c.stores[id], Flush: hostChainFlush, Mode: c.mode, SnapshotPage: c.page}
+		Store: c.stores[id], NoLogMember: !slices.Contains(c.stores[:], ChainLog), Flush: hostChainFlush, Mode: c.mode, SnapshotPage: c.page}
 }
 
 // hostMaster is the simulator's node that runs the chain's master.

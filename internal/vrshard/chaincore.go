@@ -280,6 +280,16 @@ type ChainOptions struct {
 	// them (M-D, D-M-D, ...).
 	Store ChainStore
 	Flush time.Duration
+	// NoLogMember: the chain has no log member by configuration (memory and
+	// buffered members only; kefir server --chain-log-member=false), so a
+	// `sync` write is answered once every member's store holds it (a
+	// vacuous durable point, the loss table's rows for such chains). Zero,
+	// the default: some configured member is a log, and this member — a
+	// memory or buffered one too — knows it from the start
+	// (chain.Config.HadLog): it answers no `sync` write before a log
+	// member's disk holds it, even if it never heard from one (design/
+	// chain.md, "A sync answer needs a disk").
+	NoLogMember bool
 	// PrecopyRate paces this member's pre-copy when it joins, in bytes a
 	// second of snapshot pages and log entries (chain.Config.PrecopyRate;
 	// 0: DefaultPrecopyRate, negative: unpaced): the tail serving it and
@@ -337,6 +347,9 @@ type chainConfig struct {
 	Inc uint64
 	// Store is the member's datastore (chain.Config.Store; zero: a log).
 	Store ChainStore
+	// HadLog: the chain has a log member by configuration
+	// (chain.Config.HadLog; ChainOptions.NoLogMember's negation).
+	HadLog bool
 	// PrecopyRate is chain.Config.PrecopyRate (bytes a second; 0: none).
 	PrecopyRate int64
 	// Mode is the chain's update mode (chain.Config.Mode).
@@ -382,7 +395,8 @@ func openChain(cfg chainConfig, st core.Boot) (*chainCore, error) {
 		inc: inc, sendSeq: map[uint64]uint64{}, recv: map[uint64]*linkIn{}, early: map[uint64]idKey{},
 		truncateAtBoot: mutation.On && cfg.truncateAtBoot}
 	ccfg := chain.Config{ID: chain.NodeID(cfg.Self), Master: chain.NodeID(cfg.Master), SeqBits: chainSeqBits,
-		Mode: cfg.Mode, Store: cfg.Store.core(), PinTimeout: int64(chainPinTimeout), PrecopyRate: cfg.PrecopyRate}
+		Mode: cfg.Mode, Store: cfg.Store.core(), PinTimeout: int64(chainPinTimeout), PrecopyRate: cfg.PrecopyRate,
+		HadLog: cfg.HadLog}
 	if st.Bootstrap {
 		if !slices.Contains(cfg.Members, cfg.Self) {
 			return nil, fmt.Errorf("chain core: %d is not in the chain %v", cfg.Self, cfg.Members)

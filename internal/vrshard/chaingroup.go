@@ -35,7 +35,7 @@ func OpenChainGroup(st ChainStoreOptions) kcluster.Opener {
 		opts := hostedOptions(spec)
 		opts.Transport, opts.Group = spec.Transport, uint64(spec.Group)
 		co := &ChainOptions{Master: ChainMasterID, Masters: slices.Clone(spec.ChainMasters), MastersFollowMap: true,
-			Store: st.Store, Flush: st.Flush, PrecopyRate: st.PrecopyRate}
+			Store: st.Store, Flush: st.Flush, NoLogMember: st.NoLogMember, PrecopyRate: st.PrecopyRate}
 		lm := new(atomic.Pointer[chainmaster.Master])
 		// This node may host one of the masters — now or later, once the
 		// map names it a metadata member (SetChainMasters): what the

@@ -81,7 +81,7 @@ func openChainHost(opts *Options, boot core.Boot) (hostCore, error) {
 		lease = chainmaster.DefaultLease
 	}
 	c, err := openChain(chainConfig{Self: opts.VR.Self, Master: o.Master, Members: opts.VR.Members, Mode: o.Mode,
-		Heartbeat: int64(hb), Lease: int64(lease), Store: o.Store, PrecopyRate: o.precopyRate(),
+		Heartbeat: int64(hb), Lease: int64(lease), Store: o.Store, HadLog: !o.NoLogMember, PrecopyRate: o.precopyRate(),
 		commitIgnoresEngine: mutation.On && opts.mut.chainCommitIgnoresEngine,
 		lostStateReplays:    mutation.On && opts.mut.chainLostStateReplays,
 		truncateAtBoot:      mutation.On && opts.mut.chainTruncateAtBoot}, boot)

@@ -205,7 +205,7 @@ func OpenHostedChainNode(failAfter time.Duration, st ChainStoreOptions) kcluster
 			return kcluster.Hosted{}, err
 		}
 		opts := hostedOptions(spec)
-		opts.Chain = &ChainOptions{Store: st.Store, Flush: st.Flush, PrecopyRate: st.PrecopyRate, Mode: st.Mode}
+		opts.Chain = &ChainOptions{Store: st.Store, Flush: st.Flush, NoLogMember: st.NoLogMember, PrecopyRate: st.PrecopyRate, Mode: st.Mode}
 		tr, err := transport.New(transport.Config{Self: spec.Self, Peers: opts.Peers, ClusterSecret: spec.ClusterSecret,
 			Cluster: spec.Cluster, Logger: opts.Logger})
 		if err != nil {

@@ -35,6 +35,9 @@ const (
 type ChainStoreOptions struct {
 	Store ChainStore
 	Flush time.Duration // 0: DefaultChainFlush
+	// NoLogMember: no member of the chain is a log
+	// (ChainOptions.NoLogMember; kefir server --chain-log-member=false).
+	NoLogMember bool
 	// PrecopyRate paces the member's pre-copy when it joins
 	// (ChainOptions.PrecopyRate; 0: DefaultPrecopyRate, negative: none).
 	PrecopyRate int64

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/kefirdb/kefir/internal/level"
 	"github.com/kefirdb/kefir/internal/mutation"
 	"github.com/kefirdb/kefir/internal/shard"
+	"github.com/kefirdb/kefir/internal/testgroup"
 	"github.com/kefirdb/kefir/internal/vfs"
 )
 
@@ -41,6 +43,7 @@ func newStoreChain(t *testing.T, stores [3]ChainStore, flush time.Duration) *cha
 	return newChainGroupTuned(t, 0, func(i int, o *Options) {
 		co := *o.Chain
 		co.Store, co.Flush = stores[i], flush
+		co.NoLogMember = !slices.Contains(stores[:], ChainLog) // as kefir up sets it
 		o.Chain = &co
 	})
 }
@@ -380,4 +383,53 @@ func TestChainSyncWaitsForALogMember(t *testing.T) {
 	if m := storeMissing(g, 0, 5); m != 0 {
 		t.Fatalf("%d of the first 5 writes missing", m)
 	}
+}
+
+// TestChainSyncWaitsForALogMemberNeverHeard: M-M-D whose log tail fails
+// before any write reached it — its memory members never heard from a log
+// member, no message said the chain had one. Their configuration does
+// (ChainOptions.NoLogMember unset, as kefir up sets --chain-log-member from
+// --chain-stores): an async write is answered, a sync write fails with
+// ErrNotDurable, and once the log member restarts and joins the same write
+// retried is answered (design/chain.md, "A sync answer needs a disk"). On
+// the code before (hadLog learnt from messages only) the memory head took a
+// vacuous durable point and answered the sync write no disk held.
+func TestChainSyncWaitsForALogMemberNeverHeard(t *testing.T) {
+	stores := [3]ChainStore{ChainMemory, ChainMemory, ChainLog}
+	g := newChainGroupTuned(t, 0, func(i int, o *Options) {
+		co := *o.Chain
+		co.Store = stores[i]
+		o.Chain = &co
+		o.RequestTimeout = 300 * time.Millisecond
+	})
+	for i := range 3 {
+		g.eventual(i, "x") // every member reported to the master (a lease)
+	}
+	g.crash(2)
+	g.waitMembers(1, 2)
+	storeWritesAt(g, 0, 100, 1, level.Async)
+	id := shard.ReqID{Client: 11, Seq: 1}
+	var err error
+	for range 50 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err = g.reps[0].Write(ctx, set("sync", "1"), level.Sync, id)
+		cancel()
+		if errors.Is(err, ErrNotDurable) || err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // no lease yet: try again
+	}
+	if !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("a sync write at M-M, its log tail failed before any write: %v, want ErrNotDurable", err)
+	}
+	t.Logf("a sync write at M-M, its log tail failed before any write: %v", err)
+	g.restart(2)
+	if !testgroup.Until(10*time.Second, 10*time.Millisecond, func() bool { return len(g.master.Members()) == 3 }) {
+		t.Fatalf("chain %v: the log member did not join", g.master.Members())
+	}
+	g.retry(0, "the sync write again", func(ctx context.Context, r *Replica) error {
+		_, err := r.Write(ctx, set("sync", "1"), level.Sync, id)
+		return err
+	})
+	storeWrites(g, 0, 200, 3)
 }

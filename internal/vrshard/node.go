@@ -133,7 +133,7 @@ func OpenHostedChain(master uint64, masterAddr string, st ChainStoreOptions) kcl
 			return kcluster.Hosted{}, err
 		}
 		opts := hostedOptions(spec)
-		opts.Chain = &ChainOptions{Master: master, Store: st.Store, Flush: st.Flush, PrecopyRate: st.PrecopyRate, Mode: st.Mode}
+		opts.Chain = &ChainOptions{Master: master, Store: st.Store, Flush: st.Flush, NoLogMember: st.NoLogMember, PrecopyRate: st.PrecopyRate, Mode: st.Mode}
 		peers := maps.Clone(opts.Peers)
 		peers[master] = masterAddr
 		return openOnTransport(opts, transport.Config{

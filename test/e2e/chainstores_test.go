@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,12 +12,14 @@ import (
 )
 
 // startChainStores starts a chain of len(stores) processes, node i with
-// --chain-store stores[i] (n1 the head), bootstrapping it.
+// --chain-store stores[i] (n1 the head), bootstrapping it; with no log
+// store, --chain-log-member=false on each (as kefir up sets it).
 func startChainStores(t *testing.T, stores ...string) *group {
 	t.Helper()
 	g := newGroupN(t, len(stores))
+	logged := slices.Contains(stores, "log")
 	for i, n := range g.nodes {
-		extra := []string{"--engine", "chain", "--chain-store", stores[i]}
+		extra := []string{"--engine", "chain", "--chain-store", stores[i], "--chain-log-member=" + strconv.FormatBool(logged)}
 		n.Args = append(replicaArgs(g.members, i+1, true), extra...)
 		n.Start()
 		n.Args = append(replicaArgs(g.members, i+1, false), extra...)
