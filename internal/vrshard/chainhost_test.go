@@ -57,6 +57,13 @@ func newChainGroupMode(t testing.TB, delay time.Duration, mode chain.Mode, tune 
 		t.Fatal(err)
 	}
 	g.master = m
+	// The directories first: t.TempDir registers their removal at its
+	// first call, and cleanups run last-registered first — made after the
+	// closing cleanup, they were removed while the replicas still wrote
+	// ("TempDir RemoveAll cleanup: … directory not empty" on a loaded box).
+	for range 3 {
+		g.dirs = append(g.dirs, t.TempDir())
+	}
 	t.Cleanup(func() {
 		for _, r := range g.reps {
 			if r != nil {
@@ -67,7 +74,6 @@ func newChainGroupMode(t testing.TB, delay time.Duration, mode chain.Mode, tune 
 	})
 	time.Sleep(delay)
 	for i := range 3 {
-		g.dirs = append(g.dirs, t.TempDir())
 		g.open(i, true)
 	}
 	return g
