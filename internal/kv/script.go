@@ -90,6 +90,21 @@ const ScriptMaxKey = 64 << 10
 // command: the front door's page (KEYS reads in pages of it).
 const OpScanLimit = 100_000
 
+// OpRangeReadKeys caps the keys one op's commands may walk in range reads
+// (KEYS, SCAN, DBSIZE, RANDOMKEY, HGETALL, HKEYS, HVALS, HSCAN, HRANDFIELD:
+// every read that goes through overlay.scanRange other than a point), all
+// of its commands together: a script or transaction runs at apply on every
+// replica, at about 1.4 µs a key walked, and the group's other writes wait
+// behind it (docs/design/transactions.md, "A budget for range reads"). A
+// read that would walk past it fails with ErrOpRangeReads, that command's
+// error. It is a constant, not a node's setting: the op is replicated and
+// every replica must give it the same answer.
+const OpRangeReadKeys = 100_000
+
+// ErrOpRangeReads fails a range read of a script or transaction that would
+// walk more than OpRangeReadKeys keys in the op.
+var ErrOpRangeReads = fmt.Errorf("ERR a transaction or script may walk at most %d keys in range reads (KEYS, SCAN, DBSIZE, HGETALL...): read them with SCAN outside MULTI or the script", OpRangeReadKeys)
+
 // overlayRec is a script's write to one key, not yet emitted.
 type overlayRec struct {
 	data, meta []byte
@@ -127,6 +142,9 @@ type overlay struct {
 	// flushed: a FLUSHDB or FLUSHALL ran (flush): the state before the op
 	// reads as empty from then on, and emitAll emits the flush first.
 	flushed bool
+	// walked counts the keys the op's range reads have walked so far
+	// (budgeted), against walkCap (OpRangeReadKeys; tests lower it).
+	walked, walkCap int
 }
 
 // listing is a range [start, end) of the state's keys as a Lister named
@@ -148,7 +166,38 @@ type staged struct {
 }
 
 func newOverlay(get Getter, version uint64, op *Op, maxValue int) *overlay {
-	return &overlay{get: get, version: version, maxValue: maxValue, op: op, writes: map[string]overlayRec{}}
+	return &overlay{get: get, version: version, maxValue: maxValue, op: op, writes: map[string]overlayRec{}, walkCap: OpRangeReadKeys}
+}
+
+// budgeted is scan counting, against the op's budget (OpRangeReadKeys), the
+// keys it walks: every key the merged scan hands on, live or expired, matched
+// by a pattern or not — a function of the state as of op−1 and the op's own
+// writes, so every replica counts alike (the engine's listing does not count:
+// it may name deleted keys not yet compacted, which differ by replica). A
+// point range (HGET's field row) is a lookup and does not count. Once over,
+// the read fails with ErrOpRangeReads, and so does every later range read of
+// the op that walks a key; point reads and writes go on. Only the commands' reads are
+// budgeted (exec): a write that lists a range (COPY of a hash, FLUSHDB)
+// never fails of it, so an op's writes do not depend on the budget.
+func (o *overlay) budgeted(scan Scanner) Scanner {
+	return func(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
+		if PointRange(start, end, limit) {
+			return scan(start, end, limit, visit)
+		}
+		over := false
+		err := scan(start, end, limit, func(k, data, meta []byte, version uint64) bool {
+			if o.walked >= o.walkCap {
+				over = true
+				return false
+			}
+			o.walked++
+			return visit(k, data, meta, version)
+		})
+		if err == nil && over {
+			err = ErrOpRangeReads
+		}
+		return err
+	}
 }
 
 func (o *overlay) view(key []byte) ([]byte, []byte, uint64, bool, error) {
@@ -358,7 +407,7 @@ func (o *overlay) exec(sub *Op) (Result, error) {
 		if sub.Kind == KindWatch {
 			return Result{}, fmt.Errorf("%w: %v in a script", ErrInvalidOp, sub.Kind)
 		}
-		scan := o.scanRange
+		scan := o.budgeted(o.scanRange)
 		if sub.Kind == KindScan {
 			scan = skipReserved(scan)
 		}
