@@ -176,13 +176,18 @@ func newOverlay(get Getter, version uint64, op *Op, maxValue int) *overlay {
 // it may name deleted keys not yet compacted, which differ by replica). A
 // point range (HGET's field row) is a lookup and does not count. Once over,
 // the read fails with ErrOpRangeReads, and so does every later range read of
-// the op that walks a key; point reads and writes go on. Only the commands' reads are
+// the op, at once (even of an empty range); point reads and writes go on. Only the commands' reads are
 // budgeted (exec): a write that lists a range (COPY of a hash, FLUSHDB)
 // never fails of it, so an op's writes do not depend on the budget.
 func (o *overlay) budgeted(scan Scanner) Scanner {
 	return func(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
 		if PointRange(start, end, limit) {
 			return scan(start, end, limit, visit)
+		}
+		if o.walked > o.walkCap {
+			// An earlier read failed of the budget: this one fails
+			// before it lists its range (a script's pcall loop).
+			return ErrOpRangeReads
 		}
 		over := false
 		err := scan(start, end, limit, func(k, data, meta []byte, version uint64) bool {
@@ -194,6 +199,7 @@ func (o *overlay) budgeted(scan Scanner) Scanner {
 			return visit(k, data, meta, version)
 		})
 		if err == nil && over {
+			o.walked = o.walkCap + 1
 			err = ErrOpRangeReads
 		}
 		return err
