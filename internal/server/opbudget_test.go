@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kefirdb/kefir/internal/kv"
 )
@@ -16,7 +17,12 @@ import (
 // as before. The front door's DBSIZE (O(1)) is not budgeted.
 func TestExecRangeReadBudget(t *testing.T) {
 	rc := startRedis(t)
-	g := startGroup(t)
+	// An op walking 100,000 keys applies in ~0.1 s of CPU, several times
+	// that on a loaded machine, and a replica's apply holds up its VR
+	// timers and heartbeats (vr's Ready loop applies before the next
+	// Step/Tick): a 3 s view-change timeout keeps the test's answers from
+	// meeting a leader change.
+	g := startGroupWith(t, func(c *Config) { c.ViewChangeTimeout = 3 * time.Second })
 	targets := []target{{"single node", dial(t, startServer(t, nil))}, {"group leader", dial(t, g.nodes[g.leader(t)])}}
 	// OpRangeReadKeys-1 keys, in MSETs of 1,000.
 	for _, c := range append([]*client{rc}, targets[0].c, targets[1].c) {
