@@ -133,6 +133,9 @@ type overlay struct {
 	// applier's, ApplyWith). Either lets the commands read ranges (scan).
 	scan Scanner
 	list Lister
+	// listOrdered: list visits keys in key order (ApplyOptions.OrderedList):
+	// listScan walks it as it goes.
+	listOrdered bool
 	// listed are the ranges list listed last, sorted (listed): a range
 	// read pages through its range (KEYS, SCAN: OpScanLimit keys a page;
 	// ScanUser past expired keys), and the state before the op does not
@@ -350,6 +353,9 @@ func (o *overlay) listMerged(start, end []byte, visit func(key []byte) bool) err
 // (listedKeys): a range read in an op that writes costs the range's size
 // (docs/design/transactions.md).
 func (o *overlay) listScan(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
+	if o.listOrdered {
+		return o.listInOrder(start, end, limit, visit)
+	}
 	keys, err := o.listedKeys(start, end)
 	if err != nil {
 		return err
@@ -372,6 +378,37 @@ func (o *overlay) listScan(start, end []byte, limit int, visit func(key, data, m
 		}
 	}
 	return nil
+}
+
+// listInOrder is listScan for a Lister in key order: each key read through
+// get as it is listed, the listing stopped at the limit or when visit says
+// (the range-read budget: overlay.budgeted), so a read costs the keys it
+// walks, not its range's size. What it visits is listScan's: the answer, and
+// the budget's count, are the same either way.
+func (o *overlay) listInOrder(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
+	n := 0
+	var gerr error
+	err := o.list(start, end, func(k []byte) bool {
+		if bytes.Compare(k, start) < 0 || (end != nil && bytes.Compare(k, end) >= 0) {
+			return true // a superset may name keys outside the range
+		}
+		data, meta, ver, ok, err := o.get(k)
+		if err != nil {
+			gerr = err
+			return false
+		}
+		if !ok {
+			return true
+		}
+		n++
+		// Copies: a Lister's keys (a staged record's) and get's values
+		// may be reused, and a read keeps what it visits.
+		return visit(bytes.Clone(k), bytes.Clone(data), bytes.Clone(meta), ver) && (limit <= 0 || n < limit)
+	})
+	if err == nil {
+		err = gerr
+	}
+	return err
 }
 
 // listedKeys returns the sorted keys of [start, end) o.list names, from the
@@ -525,7 +562,7 @@ func (o *overlay) emitAll(emit Emit) error {
 }
 
 // applyScript runs a script op (see the top of this file).
-func applyScript(get Getter, scan Scanner, list Lister, version uint64, op *Op, maxValue int) (Result, *overlay, error) {
+func applyScript(get Getter, scan Scanner, list Lister, ordered bool, version uint64, op *Op, maxValue int) (Result, *overlay, error) {
 	if runScript == nil {
 		return Result{}, nil, ErrNoScripting
 	}
@@ -533,7 +570,7 @@ func applyScript(get Getter, scan Scanner, list Lister, version uint64, op *Op, 
 		return Result{}, nil, fmt.Errorf("%w: script numkeys %d of %d arguments", ErrInvalidOp, op.Delta, len(op.Keys))
 	}
 	o := newOverlay(get, version, op, maxValue)
-	o.scan, o.list = scan, list
+	o.scan, o.list, o.listOrdered = scan, list, ordered
 	reply, raised := runScript(op, NewOpRand(version, op.Now), o.exec)
 	res := Result{Kind: ResReply, Bulk: reply, Version: o.readVer}
 	if raised {
@@ -584,14 +621,14 @@ var ErrFlushOneGroup = errors.New("ERR FLUSHDB and FLUSHALL inside a script or t
 // internal/shard): it gets a copy.
 func readScript(get Getter, scan Scanner, op *Op) (Result, error) {
 	o := *op
-	res, _, err := applyScript(get, scan, nil, 0, &o, 0)
+	res, _, err := applyScript(get, scan, nil, false, 0, &o, 0)
 	return res, err
 }
 
 // applyScriptOp is Apply's case for the script kinds.
-func applyScriptOp(get Getter, list Lister, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+func applyScriptOp(get Getter, list Lister, ordered bool, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
 	o := *op // a copy, so that the callers' ops do not escape (readScript)
-	res, ov, err := applyScript(get, nil, list, version, &o, maxValue)
+	res, ov, err := applyScript(get, nil, list, ordered, version, &o, maxValue)
 	if err != nil {
 		return Result{}, err
 	}
