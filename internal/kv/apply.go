@@ -86,13 +86,13 @@ func apply(get Getter, version uint64, op *Op, maxValue int, emit Emit) (Result,
 		return applyExpiry(get, version, op, emit)
 	}
 	if isScriptKind(op.Kind) {
-		return applyScriptOp(get, nil, version, op, maxValue, emit) // script.go; ApplyWith passes a Lister
+		return applyScriptOp(get, nil, false, version, op, maxValue, emit) // script.go; ApplyWith passes a Lister
 	}
 	if isSlotKind(op.Kind) {
 		return applySlotOp(get, version, op, emit) // slots.go
 	}
 	if op.Kind == KindExec {
-		return applyExec(get, nil, version, op, maxValue, emit) // tx.go; ApplyWith passes a Lister
+		return applyExec(get, nil, false, version, op, maxValue, emit) // tx.go; ApplyWith passes a Lister
 	}
 	if op.Kind == KindTxCommit {
 		return applyTxCommit(get, version, op, maxValue, emit) // itx.go

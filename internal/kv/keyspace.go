@@ -125,6 +125,13 @@ type ApplyOptions struct {
 	// wrapper were ~35 instructions of a pipelined HSET
 	// (docs/design/hashes.md, "Pipelined, session 28").
 	Scratch *[]byte
+	// OrderedList: the Lister visits the keys of a range in key order
+	// (each once; a superset still). A range read of a script or
+	// transaction then walks its range as the Lister goes and stops at its
+	// limit or the op's range-read budget (OpRangeReadKeys), rather than
+	// listing and sorting the whole range first (overlay.listScan): with
+	// it a failing DBSIZE over 1.6 million keys lists 100,001, not all.
+	OrderedList bool
 	// NoTxLocks: the state can hold no cross-group transaction's locks
 	// (the single node: prepares exist only in a cluster of groups), so
 	// the lock rule's lookup is skipped (ApplyLockFree).
@@ -144,9 +151,9 @@ func ApplyWithOptions(get Getter, list Lister, has Prober, version uint64, op *O
 	case op.Kind == KindCopy:
 		return applyMove(get, list, version, op, emit)
 	case op.Kind == KindExec:
-		return applyExec(get, list, version, op, maxValue, emit) // tx.go
+		return applyExec(get, list, o.OrderedList, version, op, maxValue, emit) // tx.go
 	case op.Kind == KindEval:
-		return applyScriptOp(get, list, version, op, maxValue, emit) // script.go
+		return applyScriptOp(get, list, o.OrderedList, version, op, maxValue, emit) // script.go
 	case isHashWrite(op.Kind):
 		return applyHash(get, has, version, op, emit, o)
 	}

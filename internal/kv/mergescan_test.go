@@ -8,7 +8,8 @@ import (
 )
 
 // TestMergeScanMatchesAModel checks the overlay's merged scan (mergeScan,
-// through scanRange over an applier's Lister and over a reader's Scanner)
+// through scanRange over an applier's Lister, unordered or in key order, and
+// over a reader's Scanner)
 // against a model: the store's map with the overlay's writes applied,
 // sorted. Random stores, overlays (writes, new keys, deletions), ranges and
 // limits.
@@ -46,6 +47,16 @@ func TestMergeScanMatchesAModel(t *testing.T) {
 			}
 			return nil
 		}
+		// An applier's Lister in key order (ApplyOptions.OrderedList),
+		// a superset too.
+		ordered := func(start, end []byte, visit func([]byte) bool) error {
+			for _, k := range append(sorted(), "k99-absent") {
+				if k >= string(start) && (end == nil || k < string(end)) && !visit([]byte(k)) {
+					return nil
+				}
+			}
+			return nil
+		}
 		scan := func(start, end []byte, limit int, visit func(k, d, m []byte, v uint64) bool) error {
 			n := 0
 			for _, k := range sorted() {
@@ -60,10 +71,13 @@ func TestMergeScanMatchesAModel(t *testing.T) {
 			return nil
 		}
 		o := newOverlay(get, 7, &Op{}, 0)
-		if iter%2 == 0 {
+		switch iter % 3 {
+		case 0:
 			o.list = list
-		} else {
+		case 1:
 			o.scan = scan
+		case 2:
+			o.list, o.listOrdered = ordered, true
 		}
 		model := map[string]string{}
 		for k, v := range store {

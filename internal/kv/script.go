@@ -90,6 +90,21 @@ const ScriptMaxKey = 64 << 10
 // command: the front door's page (KEYS reads in pages of it).
 const OpScanLimit = 100_000
 
+// OpRangeReadKeys caps the keys one op's commands may walk in range reads
+// (KEYS, SCAN, DBSIZE, RANDOMKEY, HGETALL, HKEYS, HVALS, HSCAN, HRANDFIELD:
+// every read that goes through overlay.scanRange other than a point), all
+// of its commands together: a script or transaction runs at apply on every
+// replica, at about 1.4 µs a key walked, and the group's other writes wait
+// behind it (docs/design/transactions.md, "A budget for range reads"). A
+// read that would walk past it fails with ErrOpRangeReads, that command's
+// error. It is a constant, not a node's setting: the op is replicated and
+// every replica must give it the same answer.
+const OpRangeReadKeys = 100_000
+
+// ErrOpRangeReads fails a range read of a script or transaction that would
+// walk more than OpRangeReadKeys keys in the op.
+var ErrOpRangeReads = fmt.Errorf("ERR a transaction or script may walk at most %d keys in range reads (KEYS, SCAN, DBSIZE, HGETALL...): read them with SCAN outside MULTI or the script", OpRangeReadKeys)
+
 // overlayRec is a script's write to one key, not yet emitted.
 type overlayRec struct {
 	data, meta []byte
@@ -118,6 +133,9 @@ type overlay struct {
 	// applier's, ApplyWith). Either lets the commands read ranges (scan).
 	scan Scanner
 	list Lister
+	// listOrdered: list visits keys in key order (ApplyOptions.OrderedList):
+	// listScan walks it as it goes.
+	listOrdered bool
 	// listed are the ranges list listed last, sorted (listed): a range
 	// read pages through its range (KEYS, SCAN: OpScanLimit keys a page;
 	// ScanUser past expired keys), and the state before the op does not
@@ -127,6 +145,9 @@ type overlay struct {
 	// flushed: a FLUSHDB or FLUSHALL ran (flush): the state before the op
 	// reads as empty from then on, and emitAll emits the flush first.
 	flushed bool
+	// walked counts the keys the op's range reads have walked so far
+	// (budgeted), against walkCap (OpRangeReadKeys; tests lower it).
+	walked, walkCap int
 }
 
 // listing is a range [start, end) of the state's keys as a Lister named
@@ -148,7 +169,44 @@ type staged struct {
 }
 
 func newOverlay(get Getter, version uint64, op *Op, maxValue int) *overlay {
-	return &overlay{get: get, version: version, maxValue: maxValue, op: op, writes: map[string]overlayRec{}}
+	return &overlay{get: get, version: version, maxValue: maxValue, op: op, writes: map[string]overlayRec{}, walkCap: OpRangeReadKeys}
+}
+
+// budgeted is scan counting, against the op's budget (OpRangeReadKeys), the
+// keys it walks: every key the merged scan hands on, live or expired, matched
+// by a pattern or not — a function of the state as of op−1 and the op's own
+// writes, so every replica counts alike (the engine's listing does not count:
+// it may name deleted keys not yet compacted, which differ by replica). A
+// point range (HGET's field row) is a lookup and does not count. Once over,
+// the read fails with ErrOpRangeReads, and so does every later range read of
+// the op, at once (even of an empty range); point reads and writes go on. Only the commands' reads are
+// budgeted (exec): a write that lists a range (COPY of a hash, FLUSHDB)
+// never fails of it, so an op's writes do not depend on the budget.
+func (o *overlay) budgeted(scan Scanner) Scanner {
+	return func(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
+		if PointRange(start, end, limit) {
+			return scan(start, end, limit, visit)
+		}
+		if o.walked > o.walkCap {
+			// An earlier read failed of the budget: this one fails
+			// before it lists its range (a script's pcall loop).
+			return ErrOpRangeReads
+		}
+		over := false
+		err := scan(start, end, limit, func(k, data, meta []byte, version uint64) bool {
+			if o.walked >= o.walkCap {
+				over = true
+				return false
+			}
+			o.walked++
+			return visit(k, data, meta, version)
+		})
+		if err == nil && over {
+			o.walked = o.walkCap + 1
+			err = ErrOpRangeReads
+		}
+		return err
+	}
 }
 
 func (o *overlay) view(key []byte) ([]byte, []byte, uint64, bool, error) {
@@ -295,6 +353,9 @@ func (o *overlay) listMerged(start, end []byte, visit func(key []byte) bool) err
 // (listedKeys): a range read in an op that writes costs the range's size
 // (docs/design/transactions.md).
 func (o *overlay) listScan(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
+	if o.listOrdered {
+		return o.listInOrder(start, end, limit, visit)
+	}
 	keys, err := o.listedKeys(start, end)
 	if err != nil {
 		return err
@@ -317,6 +378,37 @@ func (o *overlay) listScan(start, end []byte, limit int, visit func(key, data, m
 		}
 	}
 	return nil
+}
+
+// listInOrder is listScan for a Lister in key order: each key read through
+// get as it is listed, the listing stopped at the limit or when visit says
+// (the range-read budget: overlay.budgeted), so a read costs the keys it
+// walks, not its range's size. What it visits is listScan's: the answer, and
+// the budget's count, are the same either way.
+func (o *overlay) listInOrder(start, end []byte, limit int, visit func(key, data, meta []byte, version uint64) bool) error {
+	n := 0
+	var gerr error
+	err := o.list(start, end, func(k []byte) bool {
+		if bytes.Compare(k, start) < 0 || (end != nil && bytes.Compare(k, end) >= 0) {
+			return true // a superset may name keys outside the range
+		}
+		data, meta, ver, ok, err := o.get(k)
+		if err != nil {
+			gerr = err
+			return false
+		}
+		if !ok {
+			return true
+		}
+		n++
+		// Copies: a Lister's keys (a staged record's) and get's values
+		// may be reused, and a read keeps what it visits.
+		return visit(bytes.Clone(k), bytes.Clone(data), bytes.Clone(meta), ver) && (limit <= 0 || n < limit)
+	})
+	if err == nil {
+		err = gerr
+	}
+	return err
 }
 
 // listedKeys returns the sorted keys of [start, end) o.list names, from the
@@ -358,7 +450,7 @@ func (o *overlay) exec(sub *Op) (Result, error) {
 		if sub.Kind == KindWatch {
 			return Result{}, fmt.Errorf("%w: %v in a script", ErrInvalidOp, sub.Kind)
 		}
-		scan := o.scanRange
+		scan := o.budgeted(o.scanRange)
 		if sub.Kind == KindScan {
 			scan = skipReserved(scan)
 		}
@@ -470,7 +562,7 @@ func (o *overlay) emitAll(emit Emit) error {
 }
 
 // applyScript runs a script op (see the top of this file).
-func applyScript(get Getter, scan Scanner, list Lister, version uint64, op *Op, maxValue int) (Result, *overlay, error) {
+func applyScript(get Getter, scan Scanner, list Lister, ordered bool, version uint64, op *Op, maxValue int) (Result, *overlay, error) {
 	if runScript == nil {
 		return Result{}, nil, ErrNoScripting
 	}
@@ -478,7 +570,7 @@ func applyScript(get Getter, scan Scanner, list Lister, version uint64, op *Op, 
 		return Result{}, nil, fmt.Errorf("%w: script numkeys %d of %d arguments", ErrInvalidOp, op.Delta, len(op.Keys))
 	}
 	o := newOverlay(get, version, op, maxValue)
-	o.scan, o.list = scan, list
+	o.scan, o.list, o.listOrdered = scan, list, ordered
 	reply, raised := runScript(op, NewOpRand(version, op.Now), o.exec)
 	res := Result{Kind: ResReply, Bulk: reply, Version: o.readVer}
 	if raised {
@@ -529,14 +621,14 @@ var ErrFlushOneGroup = errors.New("ERR FLUSHDB and FLUSHALL inside a script or t
 // internal/shard): it gets a copy.
 func readScript(get Getter, scan Scanner, op *Op) (Result, error) {
 	o := *op
-	res, _, err := applyScript(get, scan, nil, 0, &o, 0)
+	res, _, err := applyScript(get, scan, nil, false, 0, &o, 0)
 	return res, err
 }
 
 // applyScriptOp is Apply's case for the script kinds.
-func applyScriptOp(get Getter, list Lister, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+func applyScriptOp(get Getter, list Lister, ordered bool, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
 	o := *op // a copy, so that the callers' ops do not escape (readScript)
-	res, ov, err := applyScript(get, nil, list, version, &o, maxValue)
+	res, ov, err := applyScript(get, nil, list, ordered, version, &o, maxValue)
 	if err != nil {
 		return Result{}, err
 	}

@@ -374,9 +374,9 @@ var ErrNoTxCommands = errors.New("kv: transaction commands are not linked into t
 var NullArray = []byte("*-1\r\n")
 
 // applyExec is Apply's case for KindExec (see the top of this file).
-func applyExec(get Getter, list Lister, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
+func applyExec(get Getter, list Lister, ordered bool, version uint64, op *Op, maxValue int, emit Emit) (Result, error) {
 	o := *op // a copy, so that the callers' ops do not escape
-	res, ov, err := runExec(get, nil, list, listRows(get, list), version, &o, maxValue)
+	res, ov, err := runExec(get, nil, list, ordered, listRows(get, list), version, &o, maxValue)
 	if err == nil && ov != nil {
 		if err := ov.emitAll(emit); err != nil {
 			return Result{}, err
@@ -492,15 +492,16 @@ func execWritesAll(tx []byte) bool {
 // readExec is Read's case for KindExecRO.
 func readExec(get Getter, scan Scanner, op *Op) (Result, error) {
 	o := *op
-	res, _, err := runExec(get, scan, nil, scanRows(scan), 0, &o, 0)
+	res, _, err := runExec(get, scan, nil, false, scanRows(scan), 0, &o, 0)
 	return res, err
 }
 
 // runExec compares op's watches with the state get reads (rows: a hash's
 // rows, Observe) and, if none changed, runs its commands over an overlay,
 // which it returns (nil: a watched key changed, nothing to emit). scan (a
-// reader's) or list (an applier's) serves the commands' range reads.
-func runExec(get Getter, scan Scanner, list Lister, rows func(start, end []byte) (uint64, error), version uint64, op *Op, maxValue int) (Result, *overlay, error) {
+// reader's) or list (an applier's; ordered: ApplyOptions.OrderedList)
+// serves the commands' range reads.
+func runExec(get Getter, scan Scanner, list Lister, ordered bool, rows func(start, end []byte) (uint64, error), version uint64, op *Op, maxValue int) (Result, *overlay, error) {
 	cmds, watches, err := execParts(op)
 	if err != nil {
 		return Result{}, nil, err
@@ -513,7 +514,7 @@ func runExec(get Getter, scan Scanner, list Lister, rows func(start, end []byte)
 		return Result{Kind: ResReply, Bulk: NullArray}, nil, nil
 	}
 	ov := newOverlay(get, version, op, maxValue)
-	ov.scan, ov.list = scan, list
+	ov.scan, ov.list, ov.listOrdered = scan, list, ordered
 	reply := append(strconv.AppendInt([]byte{'*'}, int64(len(cmds)), 10), '\r', '\n')
 	rnd := NewOpRand(version, op.Now)
 	for _, argv := range cmds {

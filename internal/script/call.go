@@ -118,6 +118,8 @@ func errText(err error) string {
 		return kv.ErrScanOneGroup.Error()
 	case errors.Is(err, kv.ErrFlushOneGroup):
 		return kv.ErrFlushOneGroup.Error()
+	case errors.Is(err, kv.ErrOpRangeReads):
+		return kv.ErrOpRangeReads.Error()
 	}
 	return "ERR " + err.Error()
 }

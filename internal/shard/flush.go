@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/storage"
@@ -35,8 +36,8 @@ func listEngineKeys(db Engine, start, end []byte, visit func(key []byte) bool) e
 // flushReaders returns the Getter and the Lister a flush (or a COPY, which
 // lists a hash's rows: kv.Op.Lists) is evaluated with
 // when the chunk being built holds staged records s.recs[:staged]: the
-// engine's keys, then the staged keys the engine does not hold yet, each
-// once, read through the staged records first. Both look only at the
+// engine's keys and the staged keys the engine does not hold yet, each once,
+// in key order, read through the staged records first. Both look only at the
 // records staged before the flush, never at the tombstones it stages, so a
 // flush of n keys costs n engine reads, not n² record comparisons.
 func (s *Shard) flushReaders(staged int) (kv.Getter, kv.Lister) {
@@ -50,14 +51,11 @@ func (s *Shard) flushReaders(staged int) (kv.Getter, kv.Lister) {
 		return s.engineGet(key)
 	}
 	_, listsDeleted := s.db.(keyLister)
+	// The engine's keys in order, with the staged keys it does not hold
+	// yet merged in (kv.ApplyOptions.OrderedList: a script's or
+	// transaction's range read stops listing at its limit or budget).
 	list := func(start, end []byte, visit func(key []byte) bool) error {
-		stop := false
-		if err := listEngineKeys(s.db, start, end, func(k []byte) bool {
-			stop = !visit(k)
-			return !stop
-		}); err != nil || stop {
-			return err
-		}
+		var extra [][]byte
 		for i := range before {
 			k := before[i].Key
 			if (start != nil && bytes.Compare(k, start) < 0) || (end != nil && bytes.Compare(k, end) >= 0) || dupStaged(before[:i], k) {
@@ -69,7 +67,24 @@ func (s *Shard) flushReaders(staged int) (kv.Getter, kv.Lister) {
 			if vs, err := s.db.Versions(k); err == nil && len(vs) > 0 && (listsDeleted || !vs[0].Tombstone) {
 				continue
 			}
-			if !visit(k) {
+			extra = append(extra, k)
+		}
+		slices.SortFunc(extra, bytes.Compare)
+		i, stop := 0, false
+		if err := listEngineKeys(s.db, start, end, func(k []byte) bool {
+			for ; i < len(extra) && bytes.Compare(extra[i], k) < 0; i++ {
+				if !visit(extra[i]) {
+					stop = true
+					return false
+				}
+			}
+			stop = !visit(k)
+			return !stop
+		}); err != nil || stop {
+			return err
+		}
+		for ; i < len(extra); i++ {
+			if !visit(extra[i]) {
 				return nil
 			}
 		}

@@ -1040,7 +1040,7 @@ func (s *Shard) apply(op *kv.Op, ts int64, res *kv.Result) error {
 	// One node tracks nothing by the version of a hash's user key, so an
 	// HSET of existing fields writes only their rows (SparseHashMeta).
 	var err error
-	opts := kv.ApplyOptions{SparseHashMeta: true, Scratch: &s.scratch, NoTxLocks: true}
+	opts := kv.ApplyOptions{SparseHashMeta: true, Scratch: &s.scratch, NoTxLocks: true, OrderedList: true} // flushReaders' list
 	switch op.Kind {
 	case kv.KindSet:
 		// ApplyWithOptions sends a SET to apply: directly, the commonest

@@ -569,7 +569,7 @@ func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 	if mutation.On && a.txUnvalidated {
 		op = unvalidated(op)
 	}
-	var o kv.ApplyOptions
+	o := kv.ApplyOptions{OrderedList: true} // listKeys
 	switch {
 	case kv.IsXgtxKind(op.Kind):
 		if !(mutation.On && a.txFreeStale) {
@@ -599,34 +599,37 @@ func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 
 // listKeys is the applier's kv.Lister for a flush or a COPY (kv.Op.Lists):
 // every key of [start, end) the engine's index holds (deleted ones too:
-// current decides, as of op cur-1, in replay too), then the batch's staged
-// keys of the range the engine does not hold yet.
+// current decides, as of op cur-1, in replay too) and the batch's staged
+// keys of the range the engine does not hold yet, merged in key order
+// (kv.ApplyOptions.OrderedList: a script's or transaction's range read stops
+// listing at its limit or its op's range-read budget).
 func (a *applier) listKeys(start, end []byte, visit func(key []byte) bool) error {
-	stop := false
-	if err := a.db.Keys(start, end, func(k []byte) bool {
-		stop = !visit(k)
-		return !stop
-	}); err != nil {
-		return fmt.Errorf("%w: list keys: %w", shard.ErrUnavailable, err)
-	}
-	if stop {
-		return nil
-	}
 	staged := make([]string, 0, len(a.overlay))
 	for k := range a.overlay {
 		if (start != nil && k < string(start)) || (end != nil && k >= string(end)) {
 			continue
 		}
-		staged = append(staged, k)
-	}
-	slices.Sort(staged) // deterministic order: the records are the log's
-	for _, k := range staged {
 		if vs, err := a.db.Versions([]byte(k)); err == nil && len(vs) > 0 {
 			continue // listed with the engine's
 		}
-		if !visit([]byte(k)) {
-			return nil
+		staged = append(staged, k)
+	}
+	slices.Sort(staged) // deterministic order: the records are the log's
+	i, stop := 0, false
+	if err := a.db.Keys(start, end, func(k []byte) bool {
+		for ; i < len(staged) && staged[i] < string(k); i++ {
+			if !visit([]byte(staged[i])) {
+				stop = true
+				return false
+			}
 		}
+		stop = !visit(k)
+		return !stop
+	}); err != nil {
+		return fmt.Errorf("%w: list keys: %w", shard.ErrUnavailable, err)
+	}
+	for ; !stop && i < len(staged); i++ {
+		stop = !visit([]byte(staged[i]))
 	}
 	return nil
 }

@@ -1,0 +1,66 @@
+package server
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kefirdb/kefir/internal/kv"
+)
+
+// A transaction's or script's range reads walk at most kv.OpRangeReadKeys
+// keys (docs/design/transactions.md, "A budget for range reads"): at the
+// budget DBSIZE inside MULTI and a script answers as redis-server 7 does, on
+// a single node and a group's leader; one key more and it answers the
+// budget's error as its element, the transaction's other commands running
+// as before. The front door's DBSIZE (O(1)) is not budgeted.
+func TestExecRangeReadBudget(t *testing.T) {
+	rc := startRedis(t)
+	// An op walking 100,000 keys applies in ~0.1 s of CPU, several times
+	// that on a loaded machine, and a replica's apply holds up its VR
+	// timers and heartbeats (vr's Ready loop applies before the next
+	// Step/Tick): a 3 s view-change timeout keeps the test's answers from
+	// meeting a leader change.
+	g := startGroupWith(t, func(c *Config) { c.ViewChangeTimeout = 3 * time.Second })
+	targets := []target{{"single node", dial(t, startServer(t, nil))}, {"group leader", dial(t, g.nodes[g.leader(t)])}}
+	// OpRangeReadKeys-1 keys, in MSETs of 1,000.
+	for _, c := range append([]*client{rc}, targets[0].c, targets[1].c) {
+		for lo := 0; lo < kv.OpRangeReadKeys-1; lo += 1000 {
+			args := []string{"MSET"}
+			for i := lo; i < min(lo+1000, kv.OpRangeReadKeys-1); i++ {
+				args = append(args, fmt.Sprintf("k%06d", i), "v")
+			}
+			if got := c.do(args...); got != "OK" {
+				t.Fatalf("MSET: %s", got)
+			}
+		}
+	}
+	matchRedis(t, rc, targets, []string{
+		"MULTI", "SET w 1", "DBSIZE", "GET w", "EXEC",
+		"EVAL return(redis.call('dbsize')) 0",
+		"MULTI", "DBSIZE", "EXEC",
+	})
+	for _, tg := range targets {
+		c := tg.c
+		if got := c.do("SET", "w2", "1"); got != "OK" {
+			t.Fatal(got)
+		}
+		want := "[" + kv.ErrOpRangeReads.Error() + `, "1", OK]`
+		for _, tx := range [][]string{{"DBSIZE", "GET w", "SET x 1"}, {"KEYS *", "GET w", "SET y 1"}} {
+			c.do("MULTI")
+			for _, cmd := range tx {
+				c.do(strings.Fields(cmd)...)
+			}
+			if got := c.do("EXEC"); got != want {
+				t.Errorf("%s: %v over the budget:\n got %s\nwant %s", tg.name, tx, got, want)
+			}
+		}
+		if got := c.do("EVAL", "return redis.pcall('dbsize')", "0"); got != kv.ErrOpRangeReads.Error() {
+			t.Errorf("%s: a script's DBSIZE over the budget: %s", tg.name, got)
+		}
+		if got := c.do("DBSIZE"); got != fmt.Sprintf("(integer) %d", kv.OpRangeReadKeys+3) {
+			t.Errorf("%s: DBSIZE outside: %s", tg.name, got)
+		}
+	}
+}
