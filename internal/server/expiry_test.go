@@ -415,3 +415,45 @@ EXPIRE ht 100 => (integer) 1
 		t.Fatalf("INFO keyspace = %q, want avg_ttl near 100000", got)
 	}
 }
+
+// An expiry read (TTL, PTTL, EXPIRETIME, PEXPIRETIME) shows the write
+// answered before it, as GET does: on a VR group's leader after a cad or
+// async write (answered before it is applied: the read must wait for it or
+// read it from the overlay), and on a --nilext group after a fast-path
+// write, through the leader and a follower. The expiry read named no key
+// to the engines' read checks (vrshard readKeys, nilextCoord.readKeys), so
+// it was served from the engine before the write was applied: every TTL
+// here answered the previous write's (or -2), as did a chain member's
+// (TestExpiryCommandsChain).
+func TestExpiryReadsTheWriteBefore(t *testing.T) {
+	check := func(t *testing.T, c *client) {
+		t.Helper()
+		for i := 1; i <= 50; i++ {
+			c.do("SET", "k", "v", "EX", strconv.Itoa(1000+i))
+			if got, want := c.do("TTL", "k"), fmt.Sprintf("(integer) %d", 1000+i); got != want {
+				t.Fatalf("after SET k v EX %d: TTL k = %s, want %s", 1000+i, got, want)
+			}
+			c.do("PEXPIREAT", "k", strconv.Itoa(4102444800000+i))
+			if got, want := c.do("PEXPIRETIME", "k"), fmt.Sprintf("(integer) %d", 4102444800000+i); got != want {
+				t.Fatalf("after PEXPIREAT k %d: PEXPIRETIME k = %s, want %s", 4102444800000+i, got, want)
+			}
+		}
+	}
+	t.Run("vr", func(t *testing.T) {
+		g := startGroup(t)
+		c := dial(t, g.nodes[g.leader(t)])
+		c.t = t
+		for _, d := range []string{"cad", "async"} {
+			c.expect("KEFIR.DURABILITY " + d + " => OK")
+			t.Run(d, func(t *testing.T) { c.t = t; check(t, c) })
+		}
+	})
+	t.Run("nilext", func(t *testing.T) {
+		g := startNilextGroup(t)
+		l := g.leader(t)
+		for i, at := range []string{"leader", "follower"} {
+			c := dial(t, g.nodes[(l+i)%3])
+			t.Run(at, func(t *testing.T) { c.t = t; check(t, c) })
+		}
+	})
+}

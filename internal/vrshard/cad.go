@@ -327,7 +327,14 @@ func (u *keyUpdates) needRange(start, end []byte) uint64 {
 // readKeys returns the keys a point read depends on (nil for a scan).
 func readKeys(op *kv.Op) [][]byte {
 	switch op.Kind {
-	case kv.KindGet, kv.KindStrlen:
+	case kv.KindGet, kv.KindStrlen, kv.KindTTL:
+		// TTL, PTTL, EXPIRETIME, PEXPIRETIME read the key's metadata
+		// record, which its writes rewrite: without the key here the read
+		// waited for none of them and saw no overlay — a VR leader's TTL
+		// after the connection's own cad or async write, and a chain
+		// member's (the tail's too) after a write the head answered,
+		// answered the key's older expiry (TestExpiryReadsTheWriteBefore,
+		// TestExpiryCommandsChain).
 		return [][]byte{op.Key}
 	case kv.KindMGet, kv.KindExists, kv.KindWatch, kv.KindExecRO:
 		return op.Keys

@@ -572,8 +572,10 @@ func (n *nilextCoord) publish() {
 // script on every pending key (its Key and End are nil).
 func (n *nilextCoord) readKeys(op *kv.Op) [][]byte {
 	switch op.Kind {
-	case kv.KindGet, kv.KindStrlen, kv.KindHGet, kv.KindHLen, kv.KindHGetAll, kv.KindHScan:
-		// A hash read depends on its user key: every hash write names it.
+	case kv.KindGet, kv.KindStrlen, kv.KindTTL, kv.KindHGet, kv.KindHLen, kv.KindHGetAll, kv.KindHScan:
+		// A hash read depends on its user key: every hash write names it;
+		// an expiry read (TTL…) on its key's metadata, which its writes
+		// rewrite (TestExpiryReadsTheWriteBefore).
 		return [][]byte{op.Key}
 	case kv.KindMGet, kv.KindExists, kv.KindWatch, kv.KindExecRO:
 		return op.Keys
