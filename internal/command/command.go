@@ -146,7 +146,7 @@ var table = []Spec{
 	{Name: "KEFIR.SESSION", Arity: -1, Class: Admin, Flags: Fast, Summary: "get or set the connection's session token"},
 	{Name: "KEFIR.TOPOLOGY", Arity: 1, Class: Admin, Flags: Fast, Summary: "replica group: cluster, view, leader, nilext mode, members and their client addresses"},
 	// Redis Cluster's surface (docs/cluster.md).
-	{Name: "CLUSTER", Arity: -2, Class: Admin, Summary: "CLUSTER SLOTS | SHARDS | NODES | INFO | KEYSLOT key | MYID | COUNTKEYSINSLOT slot | GETKEYSINSLOT slot count"},
+	{Name: "CLUSTER", Arity: -2, Class: Admin, Summary: "CLUSTER SLOTS | SHARDS | NODES | INFO | KEYSLOT key | MYID | COUNTKEYSINSLOT slot | GETKEYSINSLOT slot count | HELP"},
 	{Name: "ASKING", Arity: 1, Class: Admin, Flags: Fast, Summary: "Redis Cluster's ASKING (marks a cluster client; docs/cluster.md)"},
 	{Name: "KEFIR.GROUP", Arity: -2, Class: Admin, Summary: "a VR group's membership: CONFIG (epoch, members, addresses) | RECONFIG [EPOCH e] member... at the leader (kefir cluster replace-node, remove-node, add-members; EPOCH: refused with -EPOCHMOVED if the group moved on) | PROGRESS GROUP g (its followers' persisted ops, at the leader)"},
 	{Name: "KEFIR.SLOTS", Arity: -2, Class: Admin, Summary: "slot moves' steps at a group's leader (kefir cluster move-slots): TABLE g | INIT g epoch ranges | SET g state peer epoch ranges | DUMP g ranges cursor limit since | LOAD g key meta payload ... | STATS g cursor limit since | READS (this node's reads per slot)"},

@@ -173,9 +173,35 @@ func (c *conn) clusterCmd(spec *command.Spec, args [][]byte) error {
 		return w.WriteSimple("OK")
 	}
 	sub := strings.ToUpper(string(args[1]))
+	switch sub {
+	case "SLOTS", "SHARDS", "NODES", "INFO", "MYID", "HELP":
+		// Redis checks each subcommand's arity (Redis 7: cluster|info).
+		if len(args) != 2 {
+			return errf("ERR wrong number of arguments for 'cluster|%s' command", strings.ToLower(sub))
+		}
+	}
 	s := c.srv
 	groups, addrs := s.clusterView()
 	switch sub {
+	case "HELP":
+		lines := []string{"CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+			"COUNTKEYSINSLOT <slot>", "    Return the number of keys in <slot>.",
+			"GETKEYSINSLOT <slot> <count>", "    Return key names stored in a slot.",
+			"INFO", "    Return information about the cluster.",
+			"KEYSLOT <key>", "    Return the hash slot for <key>.",
+			"MYID", "    Return the node id.",
+			"NODES", "    Return cluster configuration seen by node. Output format:",
+			"    <id> <ip:port> <flags> <master> <pings> <pongs> <epoch> <link> <slot> ...",
+			"SLOTS", "    Return information about slots range mappings. Each range is made of:",
+			"    start, end, master and replicas IP addresses, ports and ids",
+			"SHARDS", "    Return information about slot range mappings and the nodes associated with them.",
+			"HELP", "    Prints this help.",
+			"Kefir moves slots with kefir cluster move-slots, not SETSLOT (docs/cluster.md)."}
+		_ = w.WriteArrayHeader(len(lines))
+		for _, l := range lines {
+			_ = w.WriteSimple(l)
+		}
+		return nil
 	case "SLOTS":
 		c.clusterAware = true
 		n := 0
@@ -275,7 +301,7 @@ func (c *conn) clusterCmd(spec *command.Spec, args [][]byte) error {
 	case "COUNTKEYSINSLOT", "GETKEYSINSLOT":
 		return c.keysInSlot(sub, args)
 	}
-	return errf("ERR unknown subcommand '%s'. Try CLUSTER HELP.", strings.ToLower(string(args[1])))
+	return errf("ERR unknown subcommand '%s'. Try CLUSTER HELP.", clip(args[1]))
 }
 
 // slotEpoch is the slot map's epoch (a static map: 1).
@@ -361,15 +387,22 @@ func (c *conn) keysInSlot(sub string, args [][]byte) error {
 	if len(args) != want {
 		return errf("ERR wrong number of arguments for 'cluster|%s' command", strings.ToLower(sub))
 	}
-	slot, err := strconv.ParseUint(string(args[2]), 10, 64)
-	if err != nil || slot >= cluster.Slots {
-		return errf("ERR Invalid slot")
+	// Redis's checks and texts: both arguments integers, then the slot
+	// in range (and for GETKEYSINSLOT the count not negative).
+	slot, err := command.ParseInt(args[2])
+	if err != nil {
+		return errNotInt
 	}
 	limit := int64(-1)
 	if want == 4 {
-		if limit, err = strconv.ParseInt(string(args[3]), 10, 64); err != nil || limit < 0 {
-			return errf("ERR Invalid number of keys")
+		if limit, err = command.ParseInt(args[3]); err != nil {
+			return errNotInt
 		}
+		if slot < 0 || slot >= cluster.Slots || limit < 0 {
+			return errf("ERR Invalid slot or number of keys")
+		}
+	} else if slot < 0 || slot >= cluster.Slots {
+		return errf("ERR Invalid slot")
 	}
 	var keys [][]byte
 	count := int64(0)

@@ -50,7 +50,7 @@ func TestRepliesMatchRedis(t *testing.T) {
 
 // startRedis starts a redis-server on a free port for the test (skipping
 // it if none is installed) and returns a client of it.
-func startRedis(t *testing.T) *client {
+func startRedis(t *testing.T, extra ...string) *client {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -62,7 +62,7 @@ func startRedis(t *testing.T) *client {
 	}
 	addr := l.Addr().(*net.TCPAddr)
 	l.Close()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(addr.Port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	cmd := exec.Command(bin, append([]string{"--port", strconv.Itoa(addr.Port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir()}, extra...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
