@@ -279,10 +279,16 @@ func (c *conn) clusterCmd(spec *command.Spec, args [][]byte) error {
 		c.clusterAware = true
 		return w.WriteBulkString(s.clusterNodes(groups, addrs))
 	case "INFO":
-		leaders := 0
+		// cluster_size is Redis's "master nodes serving at least one slot":
+		// the distinct nodes that lead a group owning slots (a node leading
+		// two groups is one master in CLUSTER NODES, and counts once).
+		leaders, masters := 0, map[uint64]bool{}
 		for _, g := range groups {
 			if g.leader != 0 {
 				leaders++
+				if len(g.spec.Slots) > 0 {
+					masters[g.leader] = true
+				}
 			}
 		}
 		state := "ok"
@@ -290,7 +296,7 @@ func (c *conn) clusterCmd(spec *command.Spec, args [][]byte) error {
 			state = "fail" // a group without a known leader serves no writes
 		}
 		return w.WriteBulkString(fmt.Sprintf("cluster_state:%s\r\ncluster_slots_assigned:%d\r\ncluster_slots_ok:%d\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:0\r\ncluster_known_nodes:%d\r\ncluster_size:%d\r\ncluster_current_epoch:%d\r\ncluster_my_epoch:%d\r\n",
-			state, cluster.Slots, cluster.Slots, len(addrs), len(groups), s.slotEpoch(), s.slotEpoch()) + s.metaInfo())
+			state, cluster.Slots, cluster.Slots, len(addrs), len(masters), s.slotEpoch(), s.slotEpoch()) + s.metaInfo())
 	case "MYID":
 		return w.WriteBulkString(s.nodeName(s.selfID()))
 	case "KEYSLOT":
