@@ -16,7 +16,8 @@ import (
 // holds reserved rows of its own (as its applied mark and view history) and
 // tombstones of keys deleted long ago that A's compaction dropped (ghosts),
 // and both apply the same batch: new keys, a deletion and an overwrite of
-// the engine's keys still pending in the batch's overlay, then EXECs and
+// the engine's keys still pending in the batch's overlay, a key created and
+// deleted in the batch, then EXECs and
 // scripts whose range reads walk exactly the budget (answered) or one key
 // more (the error), and a FLUSHDB earlier in the batch. The replies and the
 // user keys' state must be the same on both: counting a reserved row or a
@@ -63,6 +64,8 @@ func TestRangeReadBudgetIsTheSameOnEveryReplica(t *testing.T) {
 		{op: kv.Op{Kind: kv.KindSet, Key: []byte("x"), Value: []byte("1"), Now: 1000}},                 // pending new key
 		{op: kv.Op{Kind: kv.KindDel, Keys: [][]byte{[]byte("k000005"), []byte("k000006")}, Now: 1000}}, // pending deletions
 		{op: kv.Op{Kind: kv.KindSet, Key: []byte("k000007"), Value: []byte("w"), Now: 1000}},           // pending overwrite
+		{op: kv.Op{Kind: kv.KindSet, Key: []byte("tmp"), Value: []byte("1"), Now: 1000}},               // created and
+		{op: kv.Op{Kind: kv.KindDel, Keys: [][]byte{[]byte("tmp")}, Now: 1000}},                        // deleted in the batch
 		{op: tx([]string{"y"}, "DBSIZE", "SET y 1", "GET x")},                                          // at the budget (y after it)
 		{op: tx([]string{"z"}, "SET z 1", "DBSIZE", "GET x"), client: 7, seq: 1},                       // one over
 		{op: eval(`local n = redis.call('dbsize'); redis.call('set', 'n1', n); return n`)},
@@ -147,16 +150,16 @@ func TestRangeReadBudgetIsTheSameOnEveryReplica(t *testing.T) {
 	// And the answers are the budget's: at it DBSIZE answers, one over it
 	// fails; a script's call raises (n1 unwritten), pcall returns.
 	o := outs[0]
-	if got := string(o[3].res.Bulk); got != fmt.Sprintf("*3\r\n:%d\r\n+OK\r\n$1\r\n1\r\n", kv.OpRangeReadKeys) {
+	if got := string(o[5].res.Bulk); got != fmt.Sprintf("*3\r\n:%d\r\n+OK\r\n$1\r\n1\r\n", kv.OpRangeReadKeys) {
 		t.Errorf("EXEC at the budget: %q", got)
 	}
-	if got := string(o[4].res.Bulk); got != "*3\r\n+OK\r\n"+errElem+"\r\n$1\r\n1\r\n" {
+	if got := string(o[6].res.Bulk); got != "*3\r\n+OK\r\n"+errElem+"\r\n$1\r\n1\r\n" {
 		t.Errorf("EXEC over the budget: %.300q", got)
 	}
-	if got := string(o[5].res.Bulk); !strings.Contains(got, "may walk at most") {
+	if got := string(o[7].res.Bulk); !strings.Contains(got, "may walk at most") {
 		t.Errorf("script over the budget: %.300q", got)
 	}
-	if got := string(o[11].res.Bulk); got != "*3\r\n*1\r\n$5\r\nafter\r\n:1\r\n*2\r\n$1\r\n0\r\n*1\r\n$5\r\nafter\r\n" {
+	if got := string(o[13].res.Bulk); got != "*3\r\n*1\r\n$5\r\nafter\r\n:1\r\n*2\r\n$1\r\n0\r\n*1\r\n$5\r\nafter\r\n" {
 		t.Errorf("EXEC after a flush earlier in the batch: %q", got)
 	}
 	for j, oc := range o {
