@@ -148,6 +148,8 @@ type overlay struct {
 	// walked counts the keys the op's range reads have walked so far
 	// (budgeted), against walkCap (OpRangeReadKeys; tests lower it).
 	walked, walkCap int
+	// rangeScan is budgeted(scanRange), the commands' range reads' Scanner.
+	rangeScan Scanner
 }
 
 // listing is a range [start, end) of the state's keys as a Lister named
@@ -450,7 +452,12 @@ func (o *overlay) exec(sub *Op) (Result, error) {
 		if sub.Kind == KindWatch {
 			return Result{}, fmt.Errorf("%w: %v in a script", ErrInvalidOp, sub.Kind)
 		}
-		scan := o.budgeted(o.scanRange)
+		if o.rangeScan == nil {
+			// Made once per op: a closure per command was an allocation
+			// of every GET in a transaction.
+			o.rangeScan = o.budgeted(o.scanRange)
+		}
+		scan := o.rangeScan
 		if sub.Kind == KindScan {
 			scan = skipReserved(scan)
 		}

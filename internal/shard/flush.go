@@ -50,26 +50,25 @@ func (s *Shard) flushReaders(staged int) (kv.Getter, kv.Lister) {
 		}
 		return s.engineGet(key)
 	}
-	_, listsDeleted := s.db.(keyLister)
-	// The engine's keys in order, with the staged keys it does not hold
-	// yet merged in (kv.ApplyOptions.OrderedList: a script's or
-	// transaction's range read stops listing at its limit or budget).
+	// The engine's keys in order, with the staged keys merged in, each
+	// once (kv.ApplyOptions.OrderedList: a script's or transaction's range
+	// read stops listing at its limit or budget). A staged key the engine
+	// lists too is dropped where the two meet, not by asking the engine
+	// first: the background compaction may drop a tombstone-only key from
+	// the index between the question and the walk, and a key deleted in
+	// the engine and written again in this chunk would be listed by neither
+	// (TestFlushReadersListStagedKeysThroughACompaction).
 	list := func(start, end []byte, visit func(key []byte) bool) error {
 		var extra [][]byte
 		for i := range before {
 			k := before[i].Key
-			if (start != nil && bytes.Compare(k, start) < 0) || (end != nil && bytes.Compare(k, end) >= 0) || dupStaged(before[:i], k) {
-				continue
-			}
-			// Listed with the engine's: a keyLister lists deleted keys
-			// too, Scan only live ones (a key deleted in the engine and
-			// written again in this chunk is the chunk's to list).
-			if vs, err := s.db.Versions(k); err == nil && len(vs) > 0 && (listsDeleted || !vs[0].Tombstone) {
+			if (start != nil && bytes.Compare(k, start) < 0) || (end != nil && bytes.Compare(k, end) >= 0) {
 				continue
 			}
 			extra = append(extra, k)
 		}
 		slices.SortFunc(extra, bytes.Compare)
+		extra = slices.CompactFunc(extra, bytes.Equal)
 		i, stop := 0, false
 		if err := listEngineKeys(s.db, start, end, func(k []byte) bool {
 			for ; i < len(extra) && bytes.Compare(extra[i], k) < 0; i++ {
@@ -77,6 +76,9 @@ func (s *Shard) flushReaders(staged int) (kv.Getter, kv.Lister) {
 					stop = true
 					return false
 				}
+			}
+			if i < len(extra) && bytes.Equal(extra[i], k) {
+				i++ // staged and listed by the engine: once
 			}
 			stop = !visit(k)
 			return !stop
@@ -91,15 +93,6 @@ func (s *Shard) flushReaders(staged int) (kv.Getter, kv.Lister) {
 		return nil
 	}
 	return get, list
-}
-
-func dupStaged(recs []storage.Record, k []byte) bool {
-	for i := range recs {
-		if bytes.Equal(recs[i].Key, k) {
-			return true
-		}
-	}
-	return false
 }
 
 // finishFlush completes a flush a crash interrupted. A flush's records are

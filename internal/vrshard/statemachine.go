@@ -600,17 +600,18 @@ func (a *applier) eval(op *kv.Op, v uint64, ts int64) (kv.Result, error) {
 // listKeys is the applier's kv.Lister for a flush or a COPY (kv.Op.Lists):
 // every key of [start, end) the engine's index holds (deleted ones too:
 // current decides, as of op cur-1, in replay too) and the batch's staged
-// keys of the range the engine does not hold yet, merged in key order
-// (kv.ApplyOptions.OrderedList: a script's or transaction's range read stops
-// listing at its limit or its op's range-read budget).
+// keys of the range, merged in key order, each once (kv.ApplyOptions.
+// OrderedList: a script's or transaction's range read stops listing at its
+// limit or its op's range-read budget). A staged key the engine also holds
+// is dropped in the merge, where the two meet, not by asking the engine
+// first: a background compaction may drop a tombstone-only key from the
+// index between the question and the walk, and the key the batch wrote
+// again would be listed by neither (TestListKeysSeesStagedKeysThroughACompaction).
 func (a *applier) listKeys(start, end []byte, visit func(key []byte) bool) error {
 	staged := make([]string, 0, len(a.overlay))
 	for k := range a.overlay {
 		if (start != nil && k < string(start)) || (end != nil && k >= string(end)) {
 			continue
-		}
-		if vs, err := a.db.Versions([]byte(k)); err == nil && len(vs) > 0 {
-			continue // listed with the engine's
 		}
 		staged = append(staged, k)
 	}
@@ -622,6 +623,9 @@ func (a *applier) listKeys(start, end []byte, visit func(key []byte) bool) error
 				stop = true
 				return false
 			}
+		}
+		if i < len(staged) && staged[i] == string(k) {
+			i++ // staged and in the engine: listed once
 		}
 		stop = !visit(k)
 		return !stop
