@@ -432,12 +432,17 @@ func (m *Member) ReadyReuse() []Msg {
 
 func (m *Member) send(to NodeID, msg Msg) {
 	msg.From, msg.To = m.cfg.ID, to
-	if (msg.Type == MsgUpdate || msg.Type == MsgFlush) && m.knowsLog() {
+	if (msg.Type == MsgUpdate || msg.Type == MsgFlush) && m.hadLog {
 		// The successor learns that the chain has a log member before it
 		// holds anything (raiseDA); a joiner, from the FLUSH that went round
 		// the old chain, before it merges — with no update relayed during
 		// its join, and under SU no acknowledgement from its successor
 		// either, it would otherwise take a vacuous DA once it is the tail.
+		// What it learnt only (hadLog), never its configuration
+		// (Config.HadLog, knowsLog): that is the member's own, and said
+		// on it would spread for good — hadLog only grows — from one
+		// member misconfigured to a chain of memory members by
+		// configuration (TestConfiguredLogMemberDoesNotSpread).
 		msg.HadLog = true
 	}
 	if msg.Epoch == 0 {
@@ -1141,11 +1146,13 @@ func (m *Member) durSay() durSaid {
 	if _, logged := m.durPoint(); logged {
 		return durSaid{}
 	}
-	return durSaid{noLog: true, hadLog: m.knowsLog()}
+	return durSaid{noLog: true, hadLog: m.hadLog} // what it learnt only, as send
 }
 
 // knowsLog: the member knows that the chain had a log member — from its own
-// store, a message (hadLog), or its configuration (Config.HadLog).
+// store, a message (hadLog), or its configuration (Config.HadLog). It
+// decides the member's own durable point only (raiseDA); its messages say
+// hadLog (send, durSay, passDown).
 func (m *Member) knowsLog() bool {
 	return m.hadLog || m.cfg.HadLog && !(mutation.On && m.mut.hadLogFromTraffic)
 }
@@ -1240,7 +1247,7 @@ func (m *Member) noticed(d uint64) {
 // member from it down (its last report said NoLog), whose own DA could not
 // move otherwise (noticed), once per change of DA or successor.
 func (m *Member) passDown() {
-	if m.succ == 0 || !m.succNoLog || !m.knowsLog() || m.state != Active || m.da == 0 || (m.da <= m.downSaid && m.succ == m.downTo) {
+	if m.succ == 0 || !m.succNoLog || !m.hadLog || m.state != Active || m.da == 0 || (m.da <= m.downSaid && m.succ == m.downTo) {
 		return
 	}
 	m.downSaid, m.downTo = m.da, m.succ
