@@ -168,8 +168,10 @@ type Config struct {
 	// HadLog: the chain has a log member by configuration — its host's
 	// deployment names every member's store (kefir server
 	// --chain-log-member, which kefir up sets from --chain-stores). The
-	// member knows it from the start, as if a message had said so
-	// (Member.hadLog), and never takes a vacuous durable point: a memory or
+	// member knows it from the start (knowsLog) and never takes a vacuous
+	// durable point — its own knowledge: its messages say only what it
+	// learnt (Member.hadLog), so a member misconfigured misleads no other
+	// (TestConfiguredLogMemberDoesNotSpread). A memory or
 	// buffered member that never heard from a log member (the log tail of
 	// an M-D chain failed before its first acknowledgement reached the
 	// head; a chain restarted from a memory or buffered member) answers no
