@@ -258,7 +258,7 @@ var serverOptions = []option{
 			c.ChainStore = st
 			return err
 		}},
-	{"chain-log-member", "true", "With --engine chain (and a cluster's chain groups): some member of the chain is a log (--chain-store log), the same on every member. A sync write is then answered only once a log member's disk holds it — by a memory or buffered member too that never heard from one (a log member that failed before its first acknowledgement, a chain restarted from a memory or buffered member): it waits for a log member to join, or fails at the request timeout. false: the chain is memory and buffered members only, and a sync write is answered once every member's store holds it (docs/chain.md, \"Datastores\"). kefir up sets it from --chain-stores.",
+	{"chain-log-member", "true", "With --engine chain (and a cluster's chain groups): some member of the chain is a log (--chain-store log), the same on every member. A sync write is then answered only once a log member's disk holds it — by a memory or buffered member too that never heard from one (a log member that failed before its first acknowledgement, a chain restarted from a memory or buffered member): it waits for a log member to join, or fails at the request timeout. false: the chain is memory and buffered members only, and a sync write is answered once every member's store holds it (docs/chain.md, \"Datastores\"). In a cluster of several groups it holds for every chain group the node hosts: true only if each of them has a log member. kefir up sets it from --chain-stores (a cluster of groups: true only if every node is a log).",
 		func(c *serverConfig, v string) error {
 			b, err := strconv.ParseBool(v)
 			c.ChainNoLogMember = !b

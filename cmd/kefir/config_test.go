@@ -664,6 +664,43 @@ func TestChainStoresFlags(t *testing.T) {
 	if err != nil || !cfg.ChainNoLogMember {
 		t.Fatalf("--chain-log-member=false: %v, no log member %v", err, cfg.ChainNoLogMember)
 	}
+	// The env var and the config file take it as the flag does.
+	cfg, err = loadServerConfig(nil, envMap(map[string]string{"KEFIR_CHAIN_LOG_MEMBER": "false"}), &bytes.Buffer{})
+	if err != nil || !cfg.ChainNoLogMember {
+		t.Fatalf("KEFIR_CHAIN_LOG_MEMBER=false: %v, no log member %v", err, cfg.ChainNoLogMember)
+	}
+	file := filepath.Join(t.TempDir(), "kefir.toml")
+	if err := os.WriteFile(file, []byte("chain-log-member = false\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err = loadServerConfig([]string{"--config", file}, envMap(nil), &bytes.Buffer{})
+	if err != nil || !cfg.ChainNoLogMember {
+		t.Fatalf("chain-log-member = false in a config file: %v, no log member %v", err, cfg.ChainNoLogMember)
+	}
+	// kefir up's --chain-log-member from --chain-stores: one chain has a
+	// log member if some node is a log; a cluster's chain groups, each on
+	// some of the nodes, only if every node is one (m,m,m,d over two groups:
+	// group 1 is n1-n3, memory only — told it had a log member, its sync
+	// writes failed forever; TestChainStoresGroupsSyncWrites).
+	m, d, b := vrshard.ChainMemory, vrshard.ChainLog, vrshard.ChainBuffered
+	for _, c := range []struct {
+		stores []vrshard.ChainStore
+		groups int
+		want   bool
+	}{
+		{[]vrshard.ChainStore{m, m, m}, 1, false},
+		{[]vrshard.ChainStore{b, b, m}, 1, false},
+		{[]vrshard.ChainStore{m, m, d}, 1, true},
+		{[]vrshard.ChainStore{d, d, d}, 1, true},
+		{[]vrshard.ChainStore{m, m, m, d}, 2, false},
+		{[]vrshard.ChainStore{d, m, d, d}, 2, false},
+		{[]vrshard.ChainStore{m, m, m}, 2, false},
+		{[]vrshard.ChainStore{d, d, d, d}, 2, true},
+	} {
+		if got := upChainLogMember(c.stores, c.groups); got != c.want {
+			t.Errorf("upChainLogMember(%v, %d groups) = %v, want %v", c.stores, c.groups, got, c.want)
+		}
+	}
 	// --precopy-rate: a size a second (default 16 MiB), 0 unpaced (the
 	// member's option: negative).
 	for v, want := range map[string]int64{"": 16 << 20, "4MiB": 4 << 20, "0": -1} {

@@ -274,7 +274,7 @@ Options:
 			n.args = append(n.args, chainArgs...)
 			if stores != nil {
 				n.args = append(n.args, "--chain-store", stores[i].String(),
-					"--chain-log-member", strconv.FormatBool(slices.Contains(stores, vrshard.ChainLog)))
+					"--chain-log-member", strconv.FormatBool(upChainLogMember(stores, *groups)))
 			}
 			// The secret goes through the environment: flags show in ps.
 			n.env = append(os.Environ(), "KEFIR_CLUSTER_SECRET="+grp.secret)
@@ -1138,6 +1138,24 @@ func parseChainStores(v string, nodes int, engine string) ([]vrshard.ChainStore,
 		stores[i] = st
 	}
 	return stores, nil
+}
+
+// upChainLogMember is kefir server's --chain-log-member for kefir up's
+// nodes, stores their --chain-stores: whether every chain the nodes' members
+// run in has a log member by configuration. One chain of all the nodes: it
+// has one if some node is a log. A cluster of several groups: the flag is
+// the node's, for every chain group it hosts, and a chain group is three of
+// the nodes (EvenGroups), later moved by placement (add-node, replace-node,
+// add-group): a group of memory and buffered nodes only (m,m,m,d: group 1
+// on n1-n3) must not be told it has one — its sync writes, the default,
+// would fail forever with ErrNotDurable. So a cluster says so only when
+// every node is a log (where the flag changes nothing); with a memory or
+// buffered node its chain groups learn it from messages, as before.
+func upChainLogMember(stores []vrshard.ChainStore, groups int) bool {
+	if groups > 1 {
+		return !slices.ContainsFunc(stores, func(s vrshard.ChainStore) bool { return s != vrshard.ChainLog })
+	}
+	return slices.Contains(stores, vrshard.ChainLog)
 }
 
 // upChainArgs are the nodes' flags of kefir up --engine chain: the chain's

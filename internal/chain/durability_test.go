@@ -556,3 +556,141 @@ func TestMemoryTailTakesTheLogMembersDA(t *testing.T) {
 		}
 	}
 }
+
+// TestConfiguredLogMemberDoesNotSpread: M-M-M, a chain of memory members by
+// configuration (Config.HadLog false) whose tail was misconfigured (HadLog
+// true: kefir server's default --chain-log-member, forgotten on a node added
+// by hand). Its configuration is its own: its durable point never moves
+// vacuously, but its messages say what it learnt from a log member (its
+// store or a message: nothing), so the others, rightly configured, keep
+// their vacuous durable point — the head's answers the chain's sync writes
+// — while it is there and once it is gone. Were its configuration said
+// (knowsLog in the HadLog bit of its acknowledgements), the others would
+// keep it for good (hadLog only grows) and pass it to every member that
+// joins later: the chain answered no sync write, the misconfigured member
+// gone or restarted with the flag right, until a log member joined, though
+// none ever ran.
+func TestConfiguredLogMemberDoesNotSpread(t *testing.T) {
+	for _, mode := range []Mode{SU, AUSI, AU} {
+		t.Run(mode.String(), func(t *testing.T) {
+			h := newHarness([]NodeID{1, 2, 3}, 3, 64, 0)
+			h.syncPersist = true
+			h.setup(mode, func(NodeID) Store { return Memory })
+			c := h.config(3)
+			c.Members, c.HadLog = h.master.Members(), true
+			h.members[3] = NewMember(c, h.newSM())
+			h.all[3] = h.members[3]
+			id := uint64(0)
+			put := func(n int) {
+				for range n {
+					id++
+					h.master.Put(id, []byte(fmt.Sprintf("k%d=v%d", id%3, id)))
+					h.collect()
+					h.stabilize()
+				}
+			}
+			// want: every member in ids holds n writes, and its DA is at
+			// its LA (vacuous: no log member by configuration).
+			check := func(when string, n int, ids ...NodeID) {
+				t.Helper()
+				for _, id := range ids {
+					m := h.members[id]
+					if s := m.Status(); len(m.History()) != n || s.LA != m.History()[n-1].Seq || s.DA != s.LA {
+						t.Fatalf("%s: member %d: %d entries, LA %s, DA %s; want %d, DA = LA (a chain of memory members by configuration answers sync writes)",
+							when, id, len(m.History()), FormatSeq(s.LA), FormatSeq(s.DA), n)
+					}
+				}
+			}
+			put(3)
+			check("the misconfigured tail in the chain", 3, 1, 2)
+			if s := h.members[3].Status(); s.DA != 0 || s.LA == 0 {
+				t.Fatalf("the misconfigured tail: LA %s, DA %s; want its own DA at 0", FormatSeq(s.LA), FormatSeq(s.DA))
+			}
+			h.crash(3, true)
+			h.collect()
+			h.stabilize()
+			put(3)
+			for range 5 {
+				h.mtick(1)
+				h.stabilize()
+			}
+			if h.master.Tail() != 2 {
+				t.Fatalf("tail %d, want 2", h.master.Tail())
+			}
+			check("the misconfigured tail gone", 6, 1, 2)
+		})
+	}
+}
+
+// TestLogMemberGoneForGood: D-M-M whose log head is removed for good. The
+// memory survivors heard from it (hadLog), so they answer no sync write
+// over what no disk holds; a memory member that joins then, even one
+// configured with no log member (kefir server --chain-log-member=false),
+// learns it from them — the flag changed on the members does not make the
+// chain answer sync writes again. A log member joining does: once it holds
+// the history, the durable point covers every write (docs/chain.md,
+// "Datastores": what to do when the log members are gone for good).
+func TestLogMemberGoneForGood(t *testing.T) {
+	for _, mode := range []Mode{SU, AUSI} {
+		t.Run(mode.String(), func(t *testing.T) {
+			h := newHarness([]NodeID{1, 2, 3}, 3, 64, 0)
+			h.syncPersist = true
+			h.setup(mode, func(id NodeID) Store {
+				if id == 1 || id == 5 {
+					return Log
+				}
+				return Memory
+			})
+			id := uint64(0)
+			put := func(n int) {
+				for range n {
+					id++
+					h.master.Put(id, []byte(fmt.Sprintf("k%d=v%d", id%3, id)))
+					h.collect()
+					h.stabilize()
+				}
+			}
+			settle := func() {
+				for range 20 {
+					h.stabilize()
+					h.mtick(1)
+				}
+			}
+			put(3)
+			h.crash(1, true)
+			h.collect()
+			settle()
+			put(3)
+			// Every member started from now on is told the chain has no
+			// log member; member 3 is replaced by such a one.
+			h.hadLog = false
+			h.crash(3, true)
+			h.collect()
+			settle()
+			if err := h.addJoiner(4, 0); err != nil {
+				t.Fatal(err)
+			}
+			settle()
+			put(3)
+			settle()
+			hd := h.members[h.master.Head()]
+			if s := hd.Status(); h.master.Head() == 0 || len(h.master.Members()) != 2 || len(hd.History()) != 9 || s.LA != hd.History()[8].Seq || s.DA >= hd.History()[3].Seq {
+				t.Fatalf("memory members only, the log head gone for good: chain %v, head's %d entries, LA %s, DA %s; want 9 entries, LA at the 9th, DA below the 4th (written after the log member left)",
+					h.master.Members(), len(hd.History()), FormatSeq(s.LA), FormatSeq(s.DA))
+			}
+			if !h.members[4].hadLog {
+				t.Fatal("the joiner configured with no log member did not learn of the log member from the survivors")
+			}
+			if err := h.addJoiner(5, 0); err != nil {
+				t.Fatal(err)
+			}
+			settle()
+			put(1)
+			settle()
+			hd = h.members[h.master.Head()]
+			if s := hd.Status(); len(h.master.Members()) != 3 || s.DA != s.LA || s.LA != hd.History()[9].Seq {
+				t.Fatalf("a log member joined: chain %v, head's LA %s, DA %s; want DA = LA at the 10th write", h.master.Members(), FormatSeq(s.LA), FormatSeq(s.DA))
+			}
+		})
+	}
+}

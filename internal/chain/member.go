@@ -168,8 +168,10 @@ type Config struct {
 	// HadLog: the chain has a log member by configuration — its host's
 	// deployment names every member's store (kefir server
 	// --chain-log-member, which kefir up sets from --chain-stores). The
-	// member knows it from the start, as if a message had said so
-	// (Member.hadLog), and never takes a vacuous durable point: a memory or
+	// member knows it from the start (knowsLog) and never takes a vacuous
+	// durable point — its own knowledge: its messages say only what it
+	// learnt (Member.hadLog), so a member misconfigured misleads no other
+	// (TestConfiguredLogMemberDoesNotSpread). A memory or
 	// buffered member that never heard from a log member (the log tail of
 	// an M-D chain failed before its first acknowledgement reached the
 	// head; a chain restarted from a memory or buffered member) answers no
@@ -432,12 +434,17 @@ func (m *Member) ReadyReuse() []Msg {
 
 func (m *Member) send(to NodeID, msg Msg) {
 	msg.From, msg.To = m.cfg.ID, to
-	if (msg.Type == MsgUpdate || msg.Type == MsgFlush) && m.knowsLog() {
+	if (msg.Type == MsgUpdate || msg.Type == MsgFlush) && m.hadLog {
 		// The successor learns that the chain has a log member before it
 		// holds anything (raiseDA); a joiner, from the FLUSH that went round
 		// the old chain, before it merges — with no update relayed during
 		// its join, and under SU no acknowledgement from its successor
 		// either, it would otherwise take a vacuous DA once it is the tail.
+		// What it learnt only (hadLog), never its configuration
+		// (Config.HadLog, knowsLog): that is the member's own, and said
+		// on it would spread for good — hadLog only grows — from one
+		// member misconfigured to a chain of memory members by
+		// configuration (TestConfiguredLogMemberDoesNotSpread).
 		msg.HadLog = true
 	}
 	if msg.Epoch == 0 {
@@ -1141,11 +1148,13 @@ func (m *Member) durSay() durSaid {
 	if _, logged := m.durPoint(); logged {
 		return durSaid{}
 	}
-	return durSaid{noLog: true, hadLog: m.knowsLog()}
+	return durSaid{noLog: true, hadLog: m.hadLog} // what it learnt only, as send
 }
 
 // knowsLog: the member knows that the chain had a log member — from its own
-// store, a message (hadLog), or its configuration (Config.HadLog).
+// store, a message (hadLog), or its configuration (Config.HadLog). It
+// decides the member's own durable point only (raiseDA); its messages say
+// hadLog (send, durSay, passDown).
 func (m *Member) knowsLog() bool {
 	return m.hadLog || m.cfg.HadLog && !(mutation.On && m.mut.hadLogFromTraffic)
 }
@@ -1240,7 +1249,7 @@ func (m *Member) noticed(d uint64) {
 // member from it down (its last report said NoLog), whose own DA could not
 // move otherwise (noticed), once per change of DA or successor.
 func (m *Member) passDown() {
-	if m.succ == 0 || !m.succNoLog || !m.knowsLog() || m.state != Active || m.da == 0 || (m.da <= m.downSaid && m.succ == m.downTo) {
+	if m.succ == 0 || !m.succNoLog || !m.hadLog || m.state != Active || m.da == 0 || (m.da <= m.downSaid && m.succ == m.downTo) {
 		return
 	}
 	m.downSaid, m.downTo = m.da, m.succ

@@ -2,13 +2,16 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kefirdb/kefir/internal/kv"
 	"github.com/kefirdb/kefir/internal/testgroup"
+	"github.com/kefirdb/kefir/test/e2e/cluster"
 )
 
 // startChainStores starts a chain of len(stores) processes, node i with
@@ -141,4 +144,61 @@ func TestChainStoresLogHeadKilledWhole(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A cluster of two chain groups over four nodes whose stores are m,m,m,d
+// (what kefir up --nodes 4 --groups 2 --engine chain --chain-stores m,m,m,d
+// runs): group 1 is n1-n3, memory only; group 2 n2-n4, a log tail. Every
+// node's --chain-log-member is the node's, for each chain group it hosts.
+// As kefir up sets it now (false: some node is not a log, so some chain
+// group may have none — upChainLogMember), `sync` writes (the default) to
+// both groups are answered. As kefir up set it before (true: some node is a
+// log), group 1's members took their chain to have a log member: every sync
+// write to its slots failed with "committed, but on no log member's disk",
+// and only group 2 answered.
+func TestChainStoresGroupsSyncWrites(t *testing.T) {
+	stores := []string{"memory", "memory", "memory", "log"}
+	// Three keys in each group's slots (group 1: 0-8191).
+	var keys [2][]string
+	for i := 0; len(keys[0]) < 3 || len(keys[1]) < 3; i++ {
+		k := fmt.Sprintf("k%d", i)
+		if g := int(kv.KeySlot([]byte(k))) * 2 / 16384; len(keys[g]) < 3 {
+			keys[g] = append(keys[g], k)
+		}
+	}
+	run := func(t *testing.T, logMember bool, n1 int) (answered [2]int, last [2]string) {
+		g := cluster.StartGroupsEach(t, 4, "1=1,2,3:0-8191;2=2,3,4:8192-16383", func(i int) []string {
+			return []string{"--chain-store", stores[i], "--chain-log-member", strconv.FormatBool(logMember)}
+		}, "--chain-groups", "1,2")
+		addrs := g.Addrs()
+		for gi := range 2 {
+			for i, k := range keys[gi][:min(len(keys[gi]), n1+3*gi)] {
+				// A group just started may not serve yet: retried until
+				// answered, or it keeps failing for want of a disk.
+				testgroup.Until(8*time.Second, 100*time.Millisecond, func() bool {
+					last[gi] = redisCLI(t, addrs[i%3], "-c", "set", k, "v"+k)
+					return last[gi] == "OK"
+				})
+				if last[gi] == "OK" {
+					answered[gi]++
+					if out := redisCLI(t, addrs[(i+1)%3], "-c", "get", k); out != "v"+k {
+						t.Fatalf("get %s: %q", k, out)
+					}
+				}
+			}
+		}
+		return answered, last
+	}
+	t.Run("as kefir up sets it", func(t *testing.T) {
+		if n, last := run(t, false, 3); n != [2]int{3, 3} {
+			t.Fatalf("sync writes answered: group 1 %d of 3 (last %q), group 2 %d of 3 (last %q)", n[0], last[0], n[1], last[1])
+		}
+	})
+	t.Run("told it has a log member", func(t *testing.T) {
+		n, last := run(t, true, 1)
+		if n[0] != 0 || !strings.Contains(last[0], "no log member's disk") || n[1] != 3 {
+			t.Fatalf("sync writes answered: group 1 %d of 1 (last %q), group 2 %d of 3 (last %q); want 0 (no log member's disk) and 3", n[0], last[0], n[1], last[1])
+		}
+		t.Logf("group 1, memory only, told it has a log member: %q", last[0])
+	})
 }
