@@ -124,6 +124,37 @@ func TestTxControlArityErrorsAbort(t *testing.T) {
 	`)
 }
 
+// A transaction holds at most kv.MaxTxCommands commands (Redis has no such
+// bound): the one past it is refused with a clear error and EXEC answers
+// EXECABORT, applying nothing.
+func TestMultiQueueLimit(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s)
+	buf := appendCmd(nil, "MULTI")
+	for range kv.MaxTxCommands {
+		buf = appendCmd(buf, "INCR", "n")
+	}
+	buf = appendCmd(buf, "INCR", "n")
+	buf = appendCmd(buf, "EXEC")
+	go func() { _, _ = c.nc.Write(buf) }()
+	if r := c.reply(); r != "OK" {
+		t.Fatalf("MULTI: %s", r)
+	}
+	for i := range kv.MaxTxCommands {
+		if r := c.reply(); r != "QUEUED" {
+			t.Fatalf("command %d: %s", i, r)
+		}
+	}
+	want := "ERR a transaction holds at most " + strconv.Itoa(kv.MaxTxCommands) + " commands"
+	if r := c.reply(); r != want {
+		t.Fatalf("the command past the limit: %s, want %s", r, want)
+	}
+	if r := c.reply(); !strings.HasPrefix(r, "EXECABORT") {
+		t.Fatalf("EXEC: %s, want EXECABORT", r)
+	}
+	c.expect(`EXISTS n => (integer) 0`)
+}
+
 // rawReplies reads exactly want's bytes from c's socket (the caller has read
 // every earlier reply) and compares them.
 func rawReplies(t *testing.T, c *client, want string) {
