@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 
 	"github.com/kefirdb/kefir/internal/kv"
@@ -34,12 +33,10 @@ func Eq(b []byte, upper string) bool {
 	return len(b) == len(upper) && bytes.EqualFold(b, []byte(upper))
 }
 
-// ParseInt reads a decimal 64-bit integer as Redis does (ErrNotInt).
+// ParseInt reads a decimal 64-bit integer as Redis does (string2ll: no
+// '+', no leading zero, no "-0"; ErrNotInt).
 func ParseInt(b []byte) (int64, error) {
-	if len(b) == 0 || len(b) > 20 {
-		return 0, ErrNotInt
-	}
-	n, err := strconv.ParseInt(string(b), 10, 64)
+	n, err := kv.ParseInt(b)
 	if err != nil {
 		return 0, ErrNotInt
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 )
 
@@ -76,11 +75,14 @@ func ParseBitField(args [][]byte, readOnly bool) ([]BitFieldOp, error) {
 		}
 		op := BitFieldOp{Code: sub[0], Overflow: ow}
 		t := string(args[i+1])
-		if len(t) < 2 || (t[0] != 'i' && t[0] != 'I' && t[0] != 'u' && t[0] != 'U') {
+		// Redis's getBitfieldTypeFromArgument: a lower-case i or u, then
+		// the width as string2ll reads it (no '+', no leading zero), as
+		// the offset and the value below (ParseInt).
+		if len(t) < 2 || (t[0] != 'i' && t[0] != 'u') {
 			return nil, ErrBitFieldType
 		}
-		n, err := strconv.Atoi(t[1:])
-		op.Signed = t[0] == 'i' || t[0] == 'I'
+		n, err := ParseInt([]byte(t[1:]))
+		op.Signed = t[0] == 'i'
 		if err != nil || n < 1 || (op.Signed && n > 64) || (!op.Signed && n > 63) {
 			return nil, ErrBitFieldType
 		}
@@ -90,13 +92,13 @@ func ParseBitField(args [][]byte, readOnly bool) ([]BitFieldOp, error) {
 		if strings.HasPrefix(o, "#") {
 			o, mul = o[1:], uint64(n)
 		}
-		off, err := strconv.ParseInt(o, 10, 64)
+		off, err := ParseInt([]byte(o))
 		if err != nil || off < 0 || uint64(off) > MaxBitOffset/mul || uint64(off)*mul > MaxBitOffset {
 			return nil, ErrBitOffset
 		}
 		op.Offset = uint64(off) * mul
 		if sub != "GET" {
-			v, err := strconv.ParseInt(string(args[i+3]), 10, 64)
+			v, err := ParseInt(args[i+3])
 			if err != nil {
 				return nil, errBitFieldValue
 			}

@@ -621,11 +621,20 @@ func (c *conn) dispatchSpec(spec *command.Spec, ok bool, args [][]byte) {
 		}
 	}
 	if err != nil {
-		if c.multi && !txControl(spec) {
-			c.tx.dirty = true // Redis: EXEC answers EXECABORT
+		if c.multi {
+			// Redis: EXEC answers EXECABORT. A refused MULTI, WATCH or
+			// DISCARD (its arity) marks it too: only c.check refuses
+			// those here (Redis's rejectCommand flags the transaction).
+			c.tx.dirty = true
 		}
 		c.flushWrites()
 		c.timed[len(c.timed)-1].err = true
+		if spec == execSpec {
+			// Redis's execCommandAbort: a refused EXEC ends the transaction
+			// and the watches, in MULTI or not, and says why.
+			c.resetTx()
+			err = errf("EXECABORT Transaction discarded because of: %s", strings.TrimPrefix(err.Error(), "ERR "))
+		}
 		c.writeErr(err)
 		return
 	}

@@ -448,6 +448,16 @@ func (c *conn) txCmd(args [][]byte) error {
 		case "BITFIELD":
 			ops = []kv.Op{{Kind: kv.KindBitField, Key: clone(rest[0]), Value: kv.EncodeBitField(bf), Now: now}}
 		}
+		// The bounds hold for the write that would cross them, not only
+		// once the set is past them: one write may be as big as the value
+		// limit, and a DEL is a write per key.
+		size := tx.bytes
+		for i := range ops {
+			size += len(ops[i].RoutingKey()) + len(ops[i].Value)
+		}
+		if size > txMaxWriteBytes || len(tx.wr)+len(ops) > txMaxWrites {
+			return errTxFull
+		}
 		var count int64
 		for i := range ops {
 			r, aerr := tx.ov.Apply(tx.get, tx.snap.Version()+1, &ops[i], 0)

@@ -587,3 +587,41 @@ KEFIR.TX GET 3 x => "3"
 KEFIR.TX GET 3 x => TXABORT transaction too old*
 `)
 }
+
+// The write set's bounds hold for the write that would cross them: a write
+// whose bytes take the set past txMaxWriteBytes, or a DEL of more keys than
+// the set has room for, is refused, whatever the set held before (the check
+// was of what was already buffered, so one more write of up to the value
+// limit, or a DEL of any number of keys, went in past the bound), and the
+// commit lands what was accepted.
+func TestTxWriteSetBytesBoundTheWriteThatCrossesIt(t *testing.T) {
+	s := startServer(t, nil)
+	a := dial(t, s)
+	half := strings.Repeat("x", txMaxWriteBytes/2)
+	a.expect(`KEFIR.TX BEGIN => (integer) 1`)
+	if r := a.do("KEFIR.TX", "SET", "1", "a", half); r != "OK" {
+		t.Fatalf("first half: %s", r)
+	}
+	if r := a.do("KEFIR.TX", "SET", "1", "b", half); !strings.HasPrefix(r, "ERR transaction write set is full") {
+		t.Fatalf("a write past %d bytes: %s, want the write set's error", txMaxWriteBytes, r)
+	}
+	if r := a.do("KEFIR.TX", "DEL", "1", "c", "d"); r != "(integer) 0" {
+		t.Fatalf("a small write under the bound: %s", r)
+	}
+	a.expect(`
+KEFIR.TX COMMIT 1 => (integer)*
+STRLEN a => (integer) 4194304
+EXISTS b => (integer) 0
+`)
+	// A DEL is a write per key: one naming more keys than the set may
+	// hold is refused whole.
+	a.expect(`KEFIR.TX BEGIN => (integer) 2`)
+	del := []string{"KEFIR.TX", "DEL", "2"}
+	for i := 0; i <= txMaxWrites; i++ {
+		del = append(del, "k"+strconv.Itoa(i))
+	}
+	if r := a.do(del...); !strings.HasPrefix(r, "ERR transaction write set is full") {
+		t.Fatalf("a DEL of %d keys: %s, want the write set's error", txMaxWrites+1, r)
+	}
+	a.expect(`KEFIR.TX ABORT 2 => OK`)
+}

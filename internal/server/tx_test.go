@@ -80,6 +80,81 @@ func TestMultiExec(t *testing.T) {
 	})
 }
 
+// A transaction command refused for its arity inside MULTI (MULTI x, WATCH,
+// DISCARD x) marks the transaction as any refused command does, so EXEC
+// answers EXECABORT and applies nothing; EXEC with arguments answers
+// EXECABORT at once and ends the transaction and the watches, in MULTI or
+// not (Redis 7's rejectCommand: flagTransaction, execCommandAbort; checked
+// against redis-server 7.0.15).
+func TestTxControlArityErrorsAbort(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s)
+	c.expect(`
+		SET k 0 => OK
+		MULTI => OK
+		MULTI x => ERR wrong number of arguments for 'multi' command
+		SET k 1 => QUEUED
+		EXEC => EXECABORT Transaction discarded because of previous errors.
+		MULTI => OK
+		WATCH => ERR wrong number of arguments for 'watch' command
+		SET k 2 => QUEUED
+		EXEC => EXECABORT Transaction discarded because of previous errors.
+		MULTI => OK
+		SET k 3 => QUEUED
+		DISCARD x => ERR wrong number of arguments for 'discard' command
+		EXEC => EXECABORT Transaction discarded because of previous errors.
+		GET k => "0"
+		MULTI => OK
+		SET k 4 => QUEUED
+		EXEC x => EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command
+		GET k => "0"
+		EXEC => ERR EXEC without MULTI
+		EXEC x => EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command
+		WATCH k => OK
+		EXEC x => EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command
+	`)
+	// EXEC x forgot the watch: another client's write no longer aborts.
+	c2 := dial(t, s)
+	c2.expect(`SET k 5 => OK`)
+	c.expect(`
+		MULTI => OK
+		SET k 6 => QUEUED
+		EXEC => [OK]
+		GET k => "6"
+	`)
+}
+
+// A transaction holds at most kv.MaxTxCommands commands (Redis has no such
+// bound): the one past it is refused with a clear error and EXEC answers
+// EXECABORT, applying nothing.
+func TestMultiQueueLimit(t *testing.T) {
+	s := startServer(t, nil)
+	c := dial(t, s)
+	buf := appendCmd(nil, "MULTI")
+	for range kv.MaxTxCommands {
+		buf = appendCmd(buf, "INCR", "n")
+	}
+	buf = appendCmd(buf, "INCR", "n")
+	buf = appendCmd(buf, "EXEC")
+	go func() { _, _ = c.nc.Write(buf) }()
+	if r := c.reply(); r != "OK" {
+		t.Fatalf("MULTI: %s", r)
+	}
+	for i := range kv.MaxTxCommands {
+		if r := c.reply(); r != "QUEUED" {
+			t.Fatalf("command %d: %s", i, r)
+		}
+	}
+	want := "ERR a transaction holds at most " + strconv.Itoa(kv.MaxTxCommands) + " commands"
+	if r := c.reply(); r != want {
+		t.Fatalf("the command past the limit: %s, want %s", r, want)
+	}
+	if r := c.reply(); !strings.HasPrefix(r, "EXECABORT") {
+		t.Fatalf("EXEC: %s, want EXECABORT", r)
+	}
+	c.expect(`EXISTS n => (integer) 0`)
+}
+
 // rawReplies reads exactly want's bytes from c's socket (the caller has read
 // every earlier reply) and compares them.
 func rawReplies(t *testing.T, c *client, want string) {
