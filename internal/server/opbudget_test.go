@@ -24,14 +24,27 @@ func TestExecRangeReadBudget(t *testing.T) {
 	// meeting a leader change.
 	g := startGroupWith(t, func(c *Config) { c.ViewChangeTimeout = 3 * time.Second })
 	targets := []target{{"single node", dial(t, startServer(t, nil))}, {"group leader", dial(t, g.nodes[g.leader(t)])}}
-	// OpRangeReadKeys-1 keys, in MSETs of 1,000.
+	// OpRangeReadKeys-1 keys, in MSETs of 1,000 sent as one pipeline. The
+	// connections' deadlines (10 s from dial) are moved out: loading
+	// 100,000 keys three times and the ops that walk them take longer
+	// than that on a loaded machine (CI ran out of it mid-load).
 	for _, c := range append([]*client{rc}, targets[0].c, targets[1].c) {
+		_ = c.nc.SetDeadline(time.Now().Add(2 * time.Minute))
+		var pipe []byte
+		n := 0
 		for lo := 0; lo < kv.OpRangeReadKeys-1; lo += 1000 {
 			args := []string{"MSET"}
 			for i := lo; i < min(lo+1000, kv.OpRangeReadKeys-1); i++ {
 				args = append(args, fmt.Sprintf("k%06d", i), "v")
 			}
-			if got := c.do(args...); got != "OK" {
+			pipe = appendCmd(pipe, args...)
+			n++
+		}
+		if _, err := c.nc.Write(pipe); err != nil {
+			t.Fatal(err)
+		}
+		for range n {
+			if got := c.reply(); got != "OK" {
 				t.Fatalf("MSET: %s", got)
 			}
 		}
