@@ -348,36 +348,10 @@ func TestMetaCommandAbortMarkAndLeasedEnds(t *testing.T) {
 // (KEFIR.SLOTS META ADDNODE with the map's addresses for it and ZONE), and
 // asks no more once the map has it; a node without --zone never asks.
 func TestMultiRecordsItsZone(t *testing.T) {
-	static, err := NewSlotMap(1, EvenGroups(3, []uint64{1, 2, 3}, 3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var asks []string
-	cm := BootstrapMap(static, []Member{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4, ClientAddr: "n4:4", PeerAddr: "n4:14"}})
-	cm.Epoch = 2
-	leader := fakeLeader(t, func(_ int, args []string) string {
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case len(args) >= 3 && args[0] == "KEFIR.SLOTS" && args[1] == "META" && args[2] == "MAP":
-			b, _ := json.Marshal(cm)
-			return fmt.Sprintf("$%d\r\n%s\r\n", len(b), b)
-		case len(args) == 8 && args[2] == "ADDNODE" && args[6] == "ZONE":
-			asks = append(asks, strings.Join(args[3:], " "))
-			cm.Nodes[3].Zone = args[7]
-			cm.Epoch++
-			return fmt.Sprintf(":%d\r\n", cm.Epoch)
-		}
-		return "-ERR unexpected\r\n"
-	})
-	members := []Member{{ID: 1, ClientAddr: leader}, {ID: 2, ClientAddr: leader}, {ID: 3, ClientAddr: leader}, {ID: 4, ClientAddr: "n4:4"}}
-	spec1, _ := static.Group(1)
+	z := newZoneMeta(t, true)
+	mu, cm := &z.mu, z.cm
 	for _, zone := range []string{"", "rack-b"} {
-		mu4, err := NewMulti(static, 4, members, []LocalGroup{{Spec: spec1, Hosted: Hosted{Replica: &fakeReplica{name: "g1"}, Group: &stateGroup{}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		mu4 := z.node4(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); mu4.FollowMap(ctx, FollowConfig{Every: 2 * time.Millisecond, Zone: zone}) }()
@@ -386,7 +360,7 @@ func TestMultiRecordsItsZone(t *testing.T) {
 			defer mu.Unlock()
 			return mu4.smap().Epoch == cm.Epoch && (zone == "" || cm.Nodes[3].Zone == zone)
 		}) {
-			t.Fatalf("--zone %q: node 4 routes by epoch %d; asks %q", zone, mu4.smap().Epoch, asks)
+			t.Fatalf("--zone %q: node 4 routes by epoch %d; asks %q", zone, mu4.smap().Epoch, z.asks)
 		}
 		time.Sleep(100 * time.Millisecond) // more ticks: no other ask
 		cancel()
@@ -396,8 +370,8 @@ func TestMultiRecordsItsZone(t *testing.T) {
 		if zone != "" {
 			want = []string{"4 n4:4 n4:14 ZONE rack-b"}
 		}
-		if !slices.Equal(asks, want) {
-			t.Fatalf("--zone %q: the node asked %q, want %q", zone, asks, want)
+		if !slices.Equal(z.asks, want) {
+			t.Fatalf("--zone %q: the node asked %q, want %q", zone, z.asks, want)
 		}
 		mu.Unlock()
 	}

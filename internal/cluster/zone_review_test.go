@@ -23,33 +23,13 @@ import (
 // from every such node. Once the epoch moves and the map has the zone,
 // it asks no more.
 func TestMultiZoneNoAsksWhileTheEpochStays(t *testing.T) {
-	static, err := NewSlotMap(1, EvenGroups(3, []uint64{1, 2, 3}, 3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	asks := 0
-	cm := BootstrapMap(static, []Member{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4, ClientAddr: "n4:4", PeerAddr: "n4:14"}})
-	cm.Epoch = 2
-	leader := fakeLeader(t, func(_ int, args []string) string {
+	z := newZoneMeta(t, false) // a move in flight: the epoch stays
+	m4 := z.node4(t)
+	mu, cm := &z.mu, z.cm
+	count := func() int {
 		mu.Lock()
 		defer mu.Unlock()
-		switch {
-		case len(args) >= 3 && args[0] == "KEFIR.SLOTS" && args[1] == "META" && args[2] == "MAP":
-			b, _ := json.Marshal(cm)
-			return fmt.Sprintf("$%d\r\n%s\r\n", len(b), b)
-		case len(args) == 8 && args[2] == "ADDNODE" && args[6] == "ZONE":
-			asks++
-			cm.Nodes[3].Zone = args[7] // a move in flight: the epoch stays
-			return fmt.Sprintf(":%d\r\n", cm.Epoch)
-		}
-		return "-ERR unexpected\r\n"
-	})
-	members := []Member{{ID: 1, ClientAddr: leader}, {ID: 2, ClientAddr: leader}, {ID: 3, ClientAddr: leader}, {ID: 4, ClientAddr: "n4:4"}}
-	spec1, _ := static.Group(1)
-	m4, err := NewMulti(static, 4, members, []LocalGroup{{Spec: spec1, Hosted: Hosted{Replica: &fakeReplica{name: "g1"}, Group: &stateGroup{}}}})
-	if err != nil {
-		t.Fatal(err)
+		return len(z.asks)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -58,11 +38,6 @@ func TestMultiZoneNoAsksWhileTheEpochStays(t *testing.T) {
 		m4.FollowMap(ctx, FollowConfig{Every: 20 * time.Millisecond, Zone: "rack-b"})
 	}()
 	defer func() { cancel(); <-done }()
-	count := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return asks
-	}
 	if !testgroup.Until(5*time.Second, 10*time.Millisecond, func() bool { return count() == 1 }) {
 		t.Fatalf("node 4 did not ask for its zone")
 	}
@@ -154,4 +129,59 @@ func TestPlaceZonesNoZoneTakesAMajority(t *testing.T) {
 			t.Fatalf("PlaceMembers of %s to 5 on three zones: %v %v (%s), want at most 2 in a zone", GroupName(g), ms, err, SharedZones(grown, ms))
 		}
 	}
+}
+
+// zoneMeta is a fake metadata leader for the zone recorder's tests: it
+// serves the cluster map (node 4 at n4:4 / n4:14, no zone, epoch 2) and
+// takes ADDNODE … ZONE, recording each ask ("id client peer ZONE z") and
+// setting node 4's zone — moving the epoch, or not when bump is false (a
+// move in flight). mu guards cm and asks.
+type zoneMeta struct {
+	mu     sync.Mutex
+	cm     *kv.ClusterMap
+	asks   []string
+	static *SlotMap
+	leader string
+}
+
+func newZoneMeta(t *testing.T, bump bool) *zoneMeta {
+	t.Helper()
+	static, err := NewSlotMap(1, EvenGroups(3, []uint64{1, 2, 3}, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	z := &zoneMeta{static: static}
+	z.cm = BootstrapMap(static, []Member{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4, ClientAddr: "n4:4", PeerAddr: "n4:14"}})
+	z.cm.Epoch = 2
+	z.leader = fakeLeader(t, func(_ int, args []string) string {
+		z.mu.Lock()
+		defer z.mu.Unlock()
+		switch {
+		case len(args) >= 3 && args[0] == "KEFIR.SLOTS" && args[1] == "META" && args[2] == "MAP":
+			b, _ := json.Marshal(z.cm)
+			return fmt.Sprintf("$%d\r\n%s\r\n", len(b), b)
+		case len(args) == 8 && args[2] == "ADDNODE" && args[6] == "ZONE":
+			z.asks = append(z.asks, strings.Join(args[3:], " "))
+			z.cm.Nodes[3].Zone = args[7]
+			if bump {
+				z.cm.Epoch++
+			}
+			return fmt.Sprintf(":%d\r\n", z.cm.Epoch)
+		}
+		return "-ERR unexpected\r\n"
+	})
+	return z
+}
+
+// node4 is node 4 of the map, hosting group 1, whose peers' client
+// addresses are the fake leader's.
+func (z *zoneMeta) node4(t *testing.T) *Multi {
+	t.Helper()
+	members := []Member{{ID: 1, ClientAddr: z.leader}, {ID: 2, ClientAddr: z.leader}, {ID: 3, ClientAddr: z.leader}, {ID: 4, ClientAddr: "n4:4"}}
+	spec1, _ := z.static.Group(1)
+	m, err := NewMulti(z.static, 4, members, []LocalGroup{{Spec: spec1, Hosted: Hosted{Replica: &fakeReplica{name: "g1"}, Group: &stateGroup{}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
