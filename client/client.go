@@ -70,7 +70,8 @@ func WithMaxRetries(n int) Option { return func(o *options) { o.maxRetries = n }
 // with short backoffs, within its context (default 0: return ErrUnavailable at
 // once). A call whose connections keep dying (a leader killed: each retry may
 // meet another of its connections before the client sees it is dead) is
-// retried within the same window once WithMaxRetries is spent. Writes are
+// retried within the same window once WithMaxRetries is spent, and so is one
+// that can reach no node at all (every address refuses: a group restarting). Writes are
 // retried with the same request id, so they still execute at most once.
 func WithRetryUnavailable(d time.Duration) Option {
 	return func(o *options) { o.retryUnavailable = d }
@@ -556,8 +557,33 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 				p = &c.pool
 				sl, cn, cerr = p.connFor(ctx, (start+attempt)%len(p.slots))
 			}
+			if cerr != nil && c.opts.retryUnavailable > 0 && ctx.Err() == nil && !errors.Is(cerr, ErrAuth) && !errors.Is(cerr, ErrClosed) {
+				// No node could be reached (every one down at once: a
+				// whole group restarting, or the only address given):
+				// within the WithRetryUnavailable window, back off and
+				// dial again, as for -UNAVAILABLE. Before, a write whose
+				// connection died with it returned ErrUnknownOutcome at
+				// the first refused dial, though the group was back in
+				// under a second and its retry, with the same request id,
+				// would have settled it.
+				if began.IsZero() {
+					began = time.Now()
+				}
+				if time.Since(began) < c.opts.retryUnavailable {
+					select {
+					case <-time.After(backoff):
+					case <-ctx.Done():
+						return true, ctxError(ctx.Err(), req.write && (req.sent || maybeApplied))
+					}
+					backoff = min(2*backoff, 200*time.Millisecond)
+					if slot >= 0 {
+						p = c.rt.route(slot)
+					}
+					continue
+				}
+			}
 			if cerr != nil {
-				if req.sent && req.write {
+				if (req.sent || maybeApplied) && req.write {
 					cerr = fmt.Errorf("%w: retry failed: %w", ErrUnknownOutcome, cerr)
 				}
 				return true, cerr
