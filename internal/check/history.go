@@ -32,6 +32,12 @@ const (
 	HGetAll // read the whole hash; result Value: EncodeHash of it
 	HLen    // result Value: the field count
 	HExpire // EXPIRE far in the future; result Found: the key existed
+
+	// The expiry kinds of string keys (expiry.go, judged by Expiry only:
+	// SplitExpiring sends every key they touch there).
+	Expire  // PEXPIREAT ExpireAt; result Found: it was set (the key was live)
+	Persist // PERSIST; result Found: the key had an expiry and lost it
+	TTL     // PEXPIRETIME, a read; result Found: the key is live, ExpireAt its expiry (0: none)
 )
 
 func (k Kind) String() string {
@@ -58,12 +64,20 @@ func (k Kind) String() string {
 		return "hlen"
 	case HExpire:
 		return "expire"
+	case Expire:
+		return "pexpireat"
+	case Persist:
+		return "persist"
+	case TTL:
+		return "pexpiretime"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
 // IsWrite reports whether the kind may change the key's value.
-func (k Kind) IsWrite() bool { return k != Get && k != HGet && k != HGetAll && k != HLen }
+func (k Kind) IsWrite() bool {
+	return k != Get && k != HGet && k != HGetAll && k != HLen && k != TTL
+}
 
 // Outcome is what the client learned about an operation.
 type Outcome uint8
@@ -115,9 +129,10 @@ type Op struct {
 	Fields []string
 	Cons   level.Consistency
 	Dur    level.Durability
-	// ExpireAt (Put): the absolute time the value expires at, on the
-	// recorder's clock (0: never). Only the Expiry checker judges keys
-	// written with one (SplitExpiring).
+	// ExpireAt (Put, Expire): the absolute time the value expires at, on
+	// the recorder's clock (0: never). Only the Expiry checker judges keys
+	// written with one (SplitExpiring). TTL: the expiry the read returned
+	// (a result, set on completion from Result.ExpireAt; 0: none).
 	ExpireAt int64
 
 	Invoke, Return int64
@@ -128,6 +143,14 @@ type Op struct {
 	Result  string // Get: the value read; Incr: the new value
 	Version uint64 // server-assigned version of the value read or written (0 = none / initial)
 	Node    int    // replica that served the operation, -1 if unknown
+}
+
+// expiryString shows an expiry (recorder ns) in ms after prefix ("" for none).
+func expiryString(prefix string, at int64) string {
+	if at == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s%.3fms", prefix, float64(at)/float64(time.Millisecond))
 }
 
 // SessionID is the session the operation belongs to: its token, or its client.
@@ -151,7 +174,9 @@ func (o Op) String() string {
 	case Get:
 		fmt.Fprintf(&b, "get(%s)", o.Key)
 	case Put:
-		fmt.Fprintf(&b, "put(%s,%s)", o.Key, o.Value)
+		fmt.Fprintf(&b, "put(%s,%s%s)", o.Key, o.Value, expiryString(", px@", o.ExpireAt))
+	case Expire:
+		fmt.Fprintf(&b, "pexpireat(%s%s)", o.Key, expiryString(", @", o.ExpireAt))
 	case Delete:
 		fmt.Fprintf(&b, "del(%s)", o.Key)
 	case CAS:
@@ -172,8 +197,17 @@ func (o Op) String() string {
 			} else {
 				b.WriteString(" -> nil")
 			}
-		case CAS, HExpire:
+		case CAS, HExpire, Expire, Persist:
 			fmt.Fprintf(&b, " -> %t", o.Found)
+		case TTL:
+			switch {
+			case !o.Found:
+				b.WriteString(" -> -2 (absent)")
+			case o.ExpireAt == 0:
+				b.WriteString(" -> -1 (no expiry)")
+			default:
+				fmt.Fprintf(&b, " -> %s", expiryString("@", o.ExpireAt))
+			}
 		case Incr, HSet, HDel, HLen:
 			fmt.Fprintf(&b, " -> %s", o.Result)
 		case HGetAll:
@@ -280,6 +314,9 @@ type Result struct {
 	Value   string
 	Version uint64
 	Node    int // -1 if unknown
+	// ExpireAt: a TTL read's answer, the key's expiry on the recorder's
+	// clock (0: none); Op.ExpireAt of the TTL op.
+	ExpireAt int64
 }
 
 // Complete records an acknowledged operation.
@@ -314,6 +351,9 @@ func (r *Recorder) finish(id int, out Outcome, res *Result) {
 		op.Found, op.Result, op.Version, op.Node = res.Found, res.Value, res.Version, res.Node
 		if op.Kind == Incr {
 			op.Found = true
+		}
+		if op.Kind == TTL {
+			op.ExpireAt = res.ExpireAt
 		}
 	}
 }

@@ -40,6 +40,7 @@ type keyIndex struct {
 	deletes   []*Op
 	unkIncr   []*Op
 	reads     []*Op // acknowledged reads
+	ttls      []*Op // acknowledged expiry reads (TTL: Expiry judges them)
 }
 
 // tookEffect reports whether a write changed (or may have changed) the key.
@@ -86,6 +87,12 @@ func indexKeys(h *History) []*keyIndex {
 				}
 				continue
 			}
+			if op.Kind == TTL {
+				if op.Outcome == OK {
+					k.ttls = append(k.ttls, op)
+				}
+				continue
+			}
 			if !tookEffect(op) {
 				continue
 			}
@@ -98,6 +105,8 @@ func indexKeys(h *History) []*keyIndex {
 				k.deletes = append(k.deletes, op)
 			case op.Kind == Incr && op.Outcome != OK:
 				k.unkIncr = append(k.unkIncr, op)
+			case op.Kind == Expire || op.Kind == Persist:
+				// They keep the value: only its expiry changes.
 			default:
 				v, _ := writtenValue(op)
 				k.byValue[v] = append(k.byValue[v], op)

@@ -52,6 +52,10 @@ func ToKV(op check.Op, epoch int64) kv.Op {
 		return kv.Op{Kind: kv.KindCAS, Key: key, Expected: []byte(op.Expect), Value: []byte(op.Value)}
 	case check.Incr:
 		return kv.Op{Kind: kv.KindIncrBy, Key: key, Delta: op.Delta}
+	case check.Expire:
+		return kv.Op{Kind: kv.KindExpire, Key: key, ExpireAt: (epoch + op.ExpireAt) / int64(time.Millisecond)}
+	case check.Persist:
+		return kv.Op{Kind: kv.KindPersist, Key: key}
 	}
 	panic(fmt.Sprintf("simkv: %v is not a write", op.Kind))
 }
@@ -70,7 +74,7 @@ func AppendOp(b []byte, op check.Op, now int64) []byte {
 func WriteResult(kind check.Kind, res kv.Result) check.Result {
 	out := check.Result{Found: true, Version: res.Version}
 	switch kind {
-	case check.CAS:
+	case check.CAS, check.Expire, check.Persist:
 		out.Found = res.Int == 1
 	case check.Incr:
 		out.Value = strconv.FormatInt(res.Int, 10)
@@ -96,6 +100,24 @@ func DecodeWrite(kind check.Kind, b []byte) (check.Result, error) {
 // ReadResult is how the checker reads a GET's kv result.
 func ReadResult(res kv.Result) check.Result {
 	return check.Result{Found: res.Kind == kv.ResBulk, Value: string(res.Bulk), Version: res.Version}
+}
+
+// TTLOp is the kv op of the checker's expiry read (check.TTL): a
+// PEXPIRETIME, whose absolute answer TTLResult maps back to the recorder's
+// clock (PTTL's would depend on the serving replica's clock).
+func TTLOp(op check.Op) kv.Op {
+	return kv.Op{Kind: kv.KindTTL, Key: []byte(op.Key), Delta: kv.UnitPExpireTime}
+}
+
+// TTLResult is how the checker reads a PEXPIRETIME's kv result: -2 absent,
+// -1 live without expiry, else the expiry in unix ms, which epoch (as for
+// ToKV) turns into ns on the recorder's clock.
+func TTLResult(res kv.Result, epoch int64) check.Result {
+	out := check.Result{Found: res.Int != -2, Version: res.Version}
+	if res.Int >= 0 {
+		out.ExpireAt = res.Int*int64(time.Millisecond) - epoch
+	}
+	return out
 }
 
 // ReadKey is a GET of key evaluated by kv.Read over get, deciding expiry at

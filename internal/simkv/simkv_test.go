@@ -83,3 +83,53 @@ func TestToKVExpiry(t *testing.T) {
 		t.Fatalf("a put without an expiry got one: %d", op.ExpireAt)
 	}
 }
+
+// TestTTLRoundTrip: an expiry the checker sets (Put, Expire) reads back
+// from a PEXPIRETIME as the same expiry at millisecond resolution; PERSIST
+// leaves none, and an absent key reads as not found.
+func TestTTLRoundTrip(t *testing.T) {
+	epoch := int64(time.Hour)
+	var s Store
+	now := (epoch + int64(time.Second)) / int64(time.Millisecond)
+	read := func() check.Result {
+		op := TTLOp(check.Op{Kind: check.TTL, Key: "k"})
+		op.Now = now
+		res, err := kv.Read(s.Get, nil, &op, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return TTLResult(res, epoch)
+	}
+	if r := read(); r.Found {
+		t.Fatalf("absent key: %+v", r)
+	}
+	at := int64(5*time.Second) + 300_000 // not a whole millisecond
+	apply := func(v uint64, op check.Op) check.Result {
+		k := ToKV(op, epoch)
+		k.Now = now
+		res, err := s.Apply(v, &k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return WriteResult(op.Kind, res)
+	}
+	apply(1, check.Op{Kind: check.Put, Key: "k", Value: "v", ExpireAt: at})
+	if r := read(); !r.Found || r.ExpireAt != at/int64(time.Millisecond)*int64(time.Millisecond) {
+		t.Fatalf("after a put with expiry %d: %+v", at, r)
+	}
+	if w := apply(2, check.Op{Kind: check.Expire, Key: "k", ExpireAt: 2 * at}); !w.Found {
+		t.Fatalf("expire of a live key: %+v", w)
+	}
+	if r := read(); !r.Found || r.ExpireAt != 2*at/int64(time.Millisecond)*int64(time.Millisecond) {
+		t.Fatalf("after an expire to %d: %+v", 2*at, r)
+	}
+	if w := apply(3, check.Op{Kind: check.Persist, Key: "k"}); !w.Found {
+		t.Fatalf("persist of a key with an expiry: %+v", w)
+	}
+	if r := read(); !r.Found || r.ExpireAt != 0 {
+		t.Fatalf("after persist: %+v", r)
+	}
+	if w := apply(4, check.Op{Kind: check.Persist, Key: "k"}); w.Found {
+		t.Fatalf("persist of a key without expiry: %+v", w)
+	}
+}

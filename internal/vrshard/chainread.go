@@ -317,7 +317,7 @@ func (r *Replica) chainShown(op *kv.Op, top, R uint64) uint64 {
 	if f := r.chainDirtyAll.Load(); f <= top {
 		need = f
 	}
-	keys := readKeys(op)
+	keys := r.readKeysOf(op)
 	if keys == nil || !r.upd.complete(R) {
 		return max(need, top)
 	}
@@ -520,7 +520,7 @@ func (r *Replica) chainNeedAt(op *kv.Op, v uint64) uint64 {
 	// applies up to v itself. Below R it is applied: nothing to wait for.
 	need := min(r.chainDirtyAll.Load(), v)
 	R := r.readable.Load()
-	keys := readKeys(op)
+	keys := r.readKeysOf(op)
 	if keys == nil || !r.upd.complete(R) {
 		return max(need, min(r.cadNeed(op, R, nil), v))
 	}

@@ -74,7 +74,7 @@ func (r *Replica) ReadDeferred(ctx context.Context, op kv.Op, c level.Consistenc
 // this replica leads, the level needs the leader, and op reads keys (the
 // stepped entry point, ReadDeferredStepped, asks the same).
 func (r *Replica) deferrable(op *kv.Op, c level.Consistency) bool {
-	return needsLeader(c) && r.isLeader.Load() && !r.chainReads(c) && !(mutation.On && r.mut.followerLinearizable) && readKeys(op) != nil &&
+	return needsLeader(c) && r.isLeader.Load() && !r.chainReads(c) && !(mutation.On && r.mut.followerLinearizable) && r.readKeysOf(op) != nil &&
 		!(mutation.On && r.mut.noDurabilityWait) && !(mutation.On && r.mut.noPreReadCheck)
 }
 
@@ -82,7 +82,7 @@ func (r *Replica) deferrable(op *kv.Op, c level.Consistency) bool {
 // that is what makes it wait, returning the reply's wait (nil ack: op is
 // not such a read, and leaderServe serves it).
 func (r *Replica) deferredRead(op kv.Op) (kv.Result, *readAck, error) {
-	keys := readKeys(&op)
+	keys := r.readKeysOf(&op)
 	ov := r.upd.overlayFor(keys, true)
 	var to, view uint64
 	for _, e := range ov {

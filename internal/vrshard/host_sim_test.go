@@ -199,15 +199,59 @@ type hostSimOptions struct {
 // hostTTL gives the Puts of keys k0 and k1 an expiry 10–200 ms after
 // their invocation (on the recorder's clock: the simulator's time, from
 // now); k2 keeps none, so the other checkers still judge a key.
+//
+// With ttlReads the expiry metadata is read and written too: of the writes
+// of k0 and k1, 6 in 10 are a Put with an expiry 20–500 ms ahead, 1 a Put
+// without, 2 a PEXPIREAT 20–500 ms ahead and 1 a PERSIST; a third of their
+// reads are expiry reads (PEXPIRETIME, linearizable), and after a write of
+// k0 or k1 the client's next op is, 6 times in 10, an expiry read of that
+// key: the read that must see its session's acknowledged write however
+// the write was answered (a cad or async write before it is applied, a
+// nilext write on the fast path). check.Expiry judges the answers.
 type hostTTL struct {
 	sim.Workload
-	now func() int64
+	now      func() int64
+	ttlReads bool
+	// last is each client's last write of k0 or k1 not followed up yet
+	// (ttlReads; hostSim makes it afresh for each run, so a seed replays).
+	last map[int]string
 }
 
 func (w hostTTL) Next(rng *rand.Rand, client, seq int) check.Op {
+	if w.ttlReads {
+		key, ok := w.last[client]
+		delete(w.last, client)
+		if ok && rng.IntN(10) < 6 {
+			return check.Op{Kind: check.TTL, Key: key}
+		}
+	}
 	op := w.Workload.Next(rng, client, seq)
-	if op.Kind == check.Put && (op.Key == "k0" || op.Key == "k1") {
-		op.ExpireAt = w.now() + int64(10+rng.IntN(190))*int64(time.Millisecond)
+	if op.Key != "k0" && op.Key != "k1" {
+		return op
+	}
+	if !w.ttlReads {
+		if op.Kind == check.Put {
+			op.ExpireAt = w.now() + int64(10+rng.IntN(190))*int64(time.Millisecond)
+		}
+		return op
+	}
+	ahead := func() int64 { return w.now() + int64(20+rng.IntN(480))*int64(time.Millisecond) }
+	switch op.Kind {
+	case check.Get:
+		if rng.IntN(3) == 0 {
+			op = check.Op{Kind: check.TTL, Key: op.Key}
+		}
+	case check.Put:
+		switch x := rng.IntN(10); {
+		case x < 6:
+			op.ExpireAt = ahead()
+		case x < 7:
+		case x < 9:
+			op.Kind, op.Value, op.ExpireAt = check.Expire, "", ahead()
+		default:
+			op.Kind, op.Value = check.Persist, ""
+		}
+		w.last[client] = op.Key
 	}
 	return op
 }
@@ -308,6 +352,7 @@ type hostRead struct {
 	from sim.Addr
 	seq  uint64
 	sr   *SteppedRead
+	ttl  bool // an expiry read (check.TTL: PEXPIRETIME)
 }
 
 type hostClock struct{ n *hostNode }
@@ -536,7 +581,11 @@ func (n *hostNode) flush() {
 			return false
 		}
 		res, err := rd.sr.Result()
-		n.reply(rd.from, rd.seq, n.readOutcome(res, err))
+		out := n.readOutcome(res, err)
+		if rd.ttl && out.Outcome == check.OK {
+			out.Result = simkv.TTLResult(res, simEpoch)
+		}
+		n.reply(rd.from, rd.seq, out)
 		return true
 	})
 	n.takes = keepPending(n.takes, func(x hostTake) bool {
@@ -632,13 +681,17 @@ func (n *hostNode) onClient(from sim.Addr, m hostReq) {
 		return // a duplicate the network made
 	}
 	n.seen[k] = true
-	if m.Op.Kind == check.Get {
+	if m.Op.Kind == check.Get || m.Op.Kind == check.TTL {
 		read := n.r.ReadStepped
 		if n.deferred {
 			read = n.r.ReadDeferredStepped
 		}
-		sr := read(kv.Op{Kind: kv.KindGet, Key: []byte(m.Op.Key)}, m.Op.Cons, m.Session)
-		n.reads = append(n.reads, hostRead{from: from, seq: m.Seq, sr: sr})
+		op := kv.Op{Kind: kv.KindGet, Key: []byte(m.Op.Key)}
+		if m.Op.Kind == check.TTL {
+			op = simkv.TTLOp(m.Op)
+		}
+		sr := read(op, m.Op.Cons, m.Session)
+		n.reads = append(n.reads, hostRead{from: from, seq: m.Seq, sr: sr, ttl: m.Op.Kind == check.TTL})
 		return
 	}
 	// The client's identity and its op's number: the network duplicates
@@ -792,7 +845,7 @@ func (c *hostClient) Step(ev sim.Event) {
 			c.inflight = false
 			if m.Outcome == check.OK && m.Result.Version > 0 {
 				r := kv.Result{Version: m.Result.Version, View: m.View, ViewKnown: m.ViewKnown}
-				if c.op.Kind == check.Get {
+				if !c.op.Kind.IsWrite() {
 					c.sess = c.sess.AfterRead(r.Pos())
 				} else {
 					c.sess = c.sess.AfterWrite(r.Pos())
@@ -889,6 +942,7 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, sta
 	trueNow := simClock(&s)
 	if t, ok := w.(hostTTL); ok {
 		t.now = trueNow
+		t.last = map[int]string{}
 		w = t
 	}
 	newClient := newHostClient(hostClientTimeout, o.direct)
@@ -1032,6 +1086,15 @@ func hostJudge(h check.History, d level.Durability, eventual time.Duration) erro
 	if d == level.Sync || d.IsZero() {
 		return check.Errs(append(check.All(h, check.Options{Lin: lin}), check.Eventual(h, eventual)))
 	}
+	if d == level.Async {
+		// Async reads see a write from its append on, so a view change or
+		// a crash may take back a value a read returned: reads go back in
+		// time (docs/consistency.md) and no order of them is promised. Its
+		// runs (the expiry reads') judge only what holds: the expiry
+		// checker's rules on acknowledged writes, and the replicas'
+		// agreement.
+		return nil
+	}
 	return check.Errs([]check.Verdict{check.CrossClientMonotonic(h), check.Durability(h)})
 }
 
@@ -1097,6 +1160,46 @@ func TestHostSim(t *testing.T) {
 	}
 }
 
+// TestHostSimExpiryReads: expiry reads (PEXPIRETIME) after the client's
+// own SET PXAT, PEXPIREAT or PERSIST (hostTTL.ttlReads), by a leader that
+// answers cad and async blind writes before applying them and by a nilext
+// group that answers SETs on the fast path, under random faults: the
+// expiry checker's read-your-writes rule for expiry metadata. Eight seeds
+// a case (a run takes about 30 ms): without c89b77bb's fix (kv.KindTTL in
+// readKeys and nilextCoord.readKeys) each case fails within them (cad at
+// seed 5, async 3, nilext 1; TestHostSimCatchesMutations keeps that).
+func TestHostSimExpiryReads(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    hostSimOptions
+		w    sim.Workload
+	}{
+		{"cad", ttlRW, ttlReadsW(level.CAD)},
+		{"async", ttlRW, ttlReadsW(level.Async)},
+		{"nilext", ttlRWNilext, ttlReadsW(level.Sync)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sim.Explore(t, 1, 8, func(seed uint64, trace io.Writer) error {
+				return hostSim(seed, trace, tc.o, tc.w, nil)
+			})
+		})
+	}
+}
+
+// ttlReadsW is the expiry reads' workload (hostTTL.ttlReads) with writes
+// of durability d.
+func ttlReadsW(d level.Durability) hostTTL {
+	return hostTTL{Workload: sim.KV{Keys: 3, Get: 5, Put: 5, Dur: d}, ttlReads: true}
+}
+
+// ttlRW and ttlRWNilext are the expiry reads' runs: active expiry every
+// 20 ms on wall clocks 10 ms apart at most (the expiry checker's bound
+// follows), on a plain VR group and on a --nilext one.
+var (
+	ttlRW       = hostSimOptions{expiry: 20 * time.Millisecond, skew: 10 * time.Millisecond}
+	ttlRWNilext = hostSimOptions{nilext: true, expiry: 20 * time.Millisecond, skew: 10 * time.Millisecond}
+)
+
 // TestHostSimReplaysExactly: a seed's run of the host simulation is a
 // function of the seed (as TestMoveSimReplaysExactly for the cluster's):
 // two runs write the same trace.
@@ -1112,6 +1215,8 @@ func TestHostSimReplaysExactly(t *testing.T) {
 		{"cad-deferred-powercuts", hostSimOptions{deferred: true, slowSync: true, powerCuts: true}, cadW},
 		{"nilext-direct-powercuts", hostSimOptions{nilext: true, direct: true, slowSync: true, powerCuts: true}, nxW},
 		{"sync-expiry", hostSimOptions{eventual: hostEventualWindow, expiry: 20 * time.Millisecond, skew: 20 * time.Millisecond}, ttlW},
+		// The expiry reads' workload keeps per-client state (hostTTL.last).
+		{"cad-expiry-reads", ttlRW, ttlReadsW(level.CAD)},
 	} {
 		replaysExactly(t, tc.name, func(w io.Writer) error { return hostSim(2, w, tc.o, tc.w, nil) })
 	}
@@ -1160,7 +1265,13 @@ func TestHostSimCasAfterDelete(t *testing.T) {
 //   - directAckEarly (direct nilext updates, nilext.go takeDirect): a
 //     replica acks a client's direct update before its d-log record is
 //     durable, so a power cut of the group loses an update the client
-//     completed on a supermajority's acks (linearizability).
+//     completed on a supermajority's acks (linearizability);
+//   - ttlNoReadKey (readKeysOf, nilextCoord.readKeys: the bug c89b77bb
+//     fixed): an expiry read names no key to the read checks, so the
+//     leader serves it from its engine before its cad or async write, or
+//     a nilext group's fast-path SET, is applied: the client's PEXPIRETIME
+//     after its own SET PXAT answers the older expiry (the expiry
+//     checker's read-your-writes rule), under each of the three.
 //
 // want names the checker that must report it.
 func TestHostSimCatchesMutations(t *testing.T) {
@@ -1189,6 +1300,9 @@ func TestHostSimCatchesMutations(t *testing.T) {
 			"cross-client-monotonic: VIOLATED"},
 		{"directAckEarly", 15, hostSimOptions{nilext: true, direct: true, slowSync: true, powerCuts: true}, mutations{directAckEarly: true}, nxW,
 			"linearizable: VIOLATED"},
+		{"ttlNoReadKey/cad", 6, ttlRW, mutations{ttlNoReadKey: true}, ttlReadsW(level.CAD), "its own (read-your-writes)"},
+		{"ttlNoReadKey/async", 3, ttlRW, mutations{ttlNoReadKey: true}, ttlReadsW(level.Async), "its own (read-your-writes)"},
+		{"ttlNoReadKey/nilext", 1, ttlRWNilext, mutations{ttlNoReadKey: true}, ttlReadsW(level.Sync), "its own (read-your-writes)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := hostSim(tc.seed, nil, tc.o, tc.w, nil); err != nil {
@@ -1244,6 +1358,9 @@ func TestHostSimMutationScan(t *testing.T) {
 		{"deferNoWait/powercuts", hostSimOptions{mut: mutations{deferNoWait: true}, deferred: true, slowSync: true, powerCuts: true}, cadW},
 		{"deferNoRecheck/powercuts", hostSimOptions{mut: mutations{deferNoRecheck: true}, deferred: true, slowSync: true, powerCuts: true}, cadW},
 		{"directAckEarly/powercuts", hostSimOptions{mut: mutations{directAckEarly: true}, nilext: true, direct: true, slowSync: true, powerCuts: true}, nxW},
+		{"ttlNoReadKey/cad", hostSimOptions{mut: mutations{ttlNoReadKey: true}, expiry: ttlRW.expiry, skew: ttlRW.skew}, ttlReadsW(level.CAD)},
+		{"ttlNoReadKey/async", hostSimOptions{mut: mutations{ttlNoReadKey: true}, expiry: ttlRW.expiry, skew: ttlRW.skew}, ttlReadsW(level.Async)},
+		{"ttlNoReadKey/nilext", hostSimOptions{mut: mutations{ttlNoReadKey: true}, nilext: true, expiry: ttlRW.expiry, skew: ttlRW.skew}, ttlReadsW(level.Sync)},
 	} {
 		caught := false
 		for seed := uint64(1); seed <= 200 && !caught; seed++ {

@@ -185,7 +185,7 @@ func (n *hostNode) onTxnReq(from sim.Addr, m hostTxnReq) {
 			n.txnReply(from, hostTxnResp{Seq: m.Seq, Err: xgLockedReply})
 			return
 		}
-		t.reads = append(t.reads, hostRead{from, m.Seq, n.r.ReadStepped(op, level.ConsLinearizable, shard.Session{})})
+		t.reads = append(t.reads, hostRead{from: from, seq: m.Seq, sr: n.r.ReadStepped(op, level.ConsLinearizable, shard.Session{})})
 	case stepWrite:
 		reqs := []shard.WriteReq{{Op: m.Op, Durability: level.Sync, ID: shard.ReqID{Client: hostClientBase + uint64(from), Seq: m.Seq}}}
 		if xgKind(m.Op.Kind) {

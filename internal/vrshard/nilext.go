@@ -571,6 +571,9 @@ func (n *nilextCoord) publish() {
 // ReadNilext. A scan depends on every pending key in its range; a read-only
 // script on every pending key (its Key and End are nil).
 func (n *nilextCoord) readKeys(op *kv.Op) [][]byte {
+	if mutation.On && n.r.mut.ttlNoReadKey && op.Kind == kv.KindTTL {
+		return nil // the mutation (readKeysOf)
+	}
 	switch op.Kind {
 	case kv.KindGet, kv.KindStrlen, kv.KindTTL, kv.KindHGet, kv.KindHLen, kv.KindHGetAll, kv.KindHScan:
 		// A hash read depends on its user key: every hash write names it;

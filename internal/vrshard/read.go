@@ -268,7 +268,7 @@ func (r *Replica) leaderServe(ctx context.Context, op kv.Op) (kv.Result, error) 
 // the result with the op R must reach before it may be returned, and the R
 // it was checked against: the result may be returned if need <= R.
 func (r *Replica) leaderCheck(op kv.Op, waited bool) (res kv.Result, need, R uint64, err error) {
-	ov := r.upd.overlayFor(readKeys(&op), false)
+	ov := r.upd.overlayFor(r.readKeysOf(&op), false)
 	if !waited && !(mutation.On && r.mut.noDurabilityWait) && !(mutation.On && r.mut.noPreReadCheck) {
 		// Before the engine read: the latest update of every key read must
 		// be readable already, or the read waits for it. The check after the
@@ -391,7 +391,7 @@ func (r *Replica) cadNeed(op *kv.Op, R uint64, ov map[string]overlayEntry) uint6
 		return need
 	}
 	var need uint64
-	for _, k := range readKeys(op) {
+	for _, k := range r.readKeysOf(op) {
 		if _, ok := ov[string(k)]; ok {
 			continue
 		}

@@ -357,6 +357,10 @@ type mutations struct {
 	// noDurabilityWait serves leader reads without the check against R
 	// (the read may return a cad write no majority has persisted).
 	noDurabilityWait bool
+	// ttlNoReadKey: an expiry read (kv.KindTTL) names no key to the read
+	// checks (readKeysOf, nilextCoord.readKeys), as before c89b77bb: it is
+	// served from the engine before the key's last write is applied.
+	ttlNoReadKey bool
 	// afterEngineWrite (a test hook, not a mutation) runs on the driver
 	// goroutine when an apply batch is in the engine but applied is not yet
 	// published: the window in which readers see the engine ahead of it.
