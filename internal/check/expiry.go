@@ -69,7 +69,18 @@ func SplitExpiring(h History) (plain, expiring History) {
 //     effect in between (as above) or w's expiry is within bound of the
 //     read's end. When w is the reader's own last write this is
 //     read-your-writes for expiry metadata: the rule that catches a read
-//     served before its session's acknowledged write was applied.
+//     served before its session's acknowledged write was applied;
+//   - linearizable expiry reads do not go back in time: after one that
+//     found the key live with expiry E1 (or none) returned, no linearizable
+//     one finds it live with an expiry E0 (or none) that only writes
+//     preceding every write of E1 set (some write of E1 took effect before
+//     the first read, so a write of E0 after it would have to be one that
+//     had not returned when a write of E1 began). The
+//     rule that catches a read served from a state older than another
+//     reader's while the write between them is in flight — a chain member
+//     that serves a key dirty at it from its engine instead of sending the
+//     read on, which the read-your-writes rule cannot see when the writer
+//     is answered only after every member applied its write.
 //
 // Under cad and async (Op.Dur) an acknowledged write nobody read may be
 // lost to a crash (docs/consistency.md), so the rules that expect a write's
@@ -122,8 +133,62 @@ func Expiry(h History, bound int64) Verdict {
 			v.Checked++
 			expiryRead(&v, &h, k, r, bound)
 		}
+		expiryReadsInOrder(&v, &h, k)
 	}
 	return v
+}
+
+// expiryReadsInOrder judges k's linearizable expiry reads against each
+// other (Expiry's rule that they do not go back in time).
+func expiryReadsInOrder(v *Verdict, h *History, k *keyIndex) {
+	// setters are the writes that may have left the live key with r's
+	// answered expiry, or without one: a Put of that expiry or none, an
+	// Expire that set it, a Persist that removed one (an Expire or Persist
+	// that answered 0 changed nothing).
+	setters := func(r *Op) []*Op {
+		var ws []*Op
+		for _, x := range k.writes {
+			acted := x.Outcome != OK || x.Found
+			if x.Kind == Put && sameExpiry(x.ExpireAt, r.ExpireAt) ||
+				x.Kind == Expire && acted && r.ExpireAt != 0 && sameExpiry(x.ExpireAt, r.ExpireAt) ||
+				x.Kind == Persist && acted && r.ExpireAt == 0 {
+				ws = append(ws, x)
+			}
+		}
+		return ws
+	}
+	var reads []*Op
+	for _, r := range k.ttls {
+		if r.Found && (r.Cons.IsZero() || r.Cons.Kind == level.Linearizable) {
+			reads = append(reads, r)
+		}
+	}
+	for _, r2 := range reads {
+		var last int64 // when the last write of r2's expiry returned
+		for _, x := range setters(r2) {
+			last = max(last, x.Return)
+		}
+		for _, r1 := range reads {
+			if !r1.Precedes(r2) || sameExpiry(r1.ExpireAt, r2.ExpireAt) {
+				continue
+			}
+			ws := setters(r1)
+			ok := len(ws) == 0 // the other rules report an expiry nobody set
+			for _, y := range ws {
+				// An async write, or a cad one across a crash, may be taken
+				// back after a read saw it (docs/consistency.md).
+				if last >= y.Invoke || y.Dur == level.Async || mayBeLost(h, y, r2) {
+					ok = true
+					break
+				}
+			}
+			if !ok {
+				v.add(Violation{Key: k.key, Reason: fmt.Sprintf("linearizable expiry read went back in time: answered %s after a read that returned answered %s, which a write set after every write of the first had returned",
+					ttlState(true, r2.ExpireAt, false), ttlState(true, r1.ExpireAt, false)), Ops: []Op{*r1, *r2}})
+				break
+			}
+		}
+	}
 }
 
 // expiryRead judges an expiry read r of k (Expiry's rules for them).

@@ -182,6 +182,36 @@ func TestExpiry(t *testing.T) {
 			b.put(0, "k", "a", ms(0), ms(1), expires(ms(100)))
 			b.ttl(1, "k", ms(120), ms(2), ms(3), eventual)
 		}, "no write of the key set"},
+		{"expiry read goes back in time", func(b *hist) {
+			b.put(0, "k", "a", ms(0), ms(1), expires(ms(100)))
+			b.put(0, "k", "b", ms(2), ms(20), expires(ms(200)))
+			b.ttl(1, "k", ms(200), ms(4), ms(5))
+			b.ttl(2, "k", ms(100), ms(6), ms(7))
+		}, "went back in time"},
+		{"expiry read goes back to no expiry", func(b *hist) {
+			b.put(0, "k", "a", ms(0), ms(1))
+			b.pexpireat(0, "k", ms(200), true, ms(2), ms(20))
+			b.ttl(1, "k", ms(200), ms(4), ms(5))
+			b.ttl(2, "k", -1, ms(6), ms(7))
+		}, "went back in time"},
+		{"expiry reads of concurrent writes may see either order", func(b *hist) {
+			b.put(0, "k", "a", ms(0), ms(3), expires(ms(100)))
+			b.put(1, "k", "b", ms(2), ms(20), expires(ms(200)))
+			b.ttl(2, "k", ms(200), ms(4), ms(5))
+			b.ttl(3, "k", ms(100), ms(6), ms(7))
+		}, ""},
+		{"overlapping expiry reads may see either order", func(b *hist) {
+			b.put(0, "k", "a", ms(0), ms(1), expires(ms(100)))
+			b.put(0, "k", "b", ms(2), ms(20), expires(ms(200)))
+			b.ttl(1, "k", ms(200), ms(4), ms(7))
+			b.ttl(2, "k", ms(100), ms(6), ms(8))
+		}, ""},
+		{"an async write read may be taken back", func(b *hist) {
+			b.put(0, "k", "a", ms(0), ms(1), expires(ms(100)))
+			b.put(0, "k", "b", ms(2), ms(20), expires(ms(200)), dur(level.Async))
+			b.ttl(1, "k", ms(200), ms(4), ms(5))
+			b.ttl(2, "k", ms(100), ms(6), ms(7))
+		}, ""},
 		{"expiry reads at millisecond resolution", func(b *hist) {
 			b.put(0, "k", "a", ms(0), ms(1), expires(ms(100)+700_000))
 			b.ttl(0, "k", ms(100), ms(2), ms(3))

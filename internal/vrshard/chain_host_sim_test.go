@@ -66,6 +66,11 @@ type hostChain struct {
 	// small, a joiner's snapshot comes in several pages, and a crash or a
 	// power cut may find it mid-pages.
 	page int
+	// expiry, skew and clockSkew are the run's active expiry, wall clocks
+	// and ClockSkew, as hostSimOptions has them (0: none, the node's
+	// clock, the default): the expiry reads' runs
+	// (TestHostSimChainExpiryReads).
+	expiry, skew, clockSkew time.Duration
 }
 
 func (c *hostChain) String() string {
@@ -202,7 +207,9 @@ func hostChainSimPaused(seed uint64, trace io.Writer, c hostChain, faults hostCh
 	defer simPanic(&err)
 	var s *sim.Sim
 	trueNow := simClock(&s)
-	o := hostSimOptions{chain: &c, mut: mut, slowSync: powerCuts, ckptOps: c.ckptOps}
+	o := hostSimOptions{chain: &c, mut: mut, slowSync: powerCuts, ckptOps: c.ckptOps,
+		expiry: c.expiry, skew: c.skew, clockSkew: c.clockSkew}
+	w = hostRunWorkload(w, trueNow)
 	so := sim.Options{
 		Replicas: hostChainMembers + 1, Clients: 4, FIFO: true,
 		NewReplicaBoot: newHostNode(o, seed, trueNow),
@@ -243,7 +250,7 @@ func hostChainSimPaused(seed uint64, trace io.Writer, c hostChain, faults hostCh
 			return err
 		}
 	}
-	return errors.Join(s.Err(), hostJudge(h, workloadDur(w), 0))
+	return errors.Join(s.Err(), hostJudgeRun(h, w, o))
 }
 
 // hostChainSeeds is how many seeds each configuration runs: a few in
@@ -490,6 +497,11 @@ func chainPrefixesAgree(s *sim.Sim) error {
 //     durable-point notices moved the D-D-M schedules; 526 of 1-1000 since the
 //     idle commit-point fsync went and AUSI reads moved the schedules —
 //     found at 60, then 375).
+//   - ttlNoReadKey (the bug c89b77bb fixed; TestHostSimCatchesMutations
+//     has it on VR): an expiry read names no key to the read checks, so a
+//     member where the key is dirty answers it from its engine's older
+//     state after another reader saw the newer one at the tail (SU D-D-D
+//     seed 219, AUSI 260: TestHostSimChainExpiryReads).
 func TestHostSimChainMutations(t *testing.T) {
 	mutation.Require(t)
 	syncW := sim.KV{Keys: 3, Get: 4, Put: 4, CAS: 1, Incr: 1, Delete: 1, Dur: level.Sync}
@@ -500,14 +512,21 @@ func TestHostSimChainMutations(t *testing.T) {
 		faults hostChainFaults
 		mut    mutations
 		seeds  [2]uint64
+		w      sim.Workload // nil: syncW
 	}{
-		{"chainTailCommitLags", hostChain{mode: chain.SU}, chainCutsOnly, mutations{chainTailCommitLags: true, chainTruncateAtBoot: true}, [2]uint64{1, 300}},
-		{"chainReadDirty", hostChain{mode: chain.SU}, chainSwarm, mutations{chainReadDirty: true}, [2]uint64{1, 30}},
-		{"chainTruncateAtBoot", hostChain{mode: chain.SU, stores: [3]ChainStore{D, D, M}}, chainSwarm, mutations{chainTruncateAtBoot: true}, [2]uint64{172, 172}},
+		{"chainTailCommitLags", hostChain{mode: chain.SU}, chainCutsOnly, mutations{chainTailCommitLags: true, chainTruncateAtBoot: true}, [2]uint64{1, 300}, nil},
+		{"chainReadDirty", hostChain{mode: chain.SU}, chainSwarm, mutations{chainReadDirty: true}, [2]uint64{1, 30}, nil},
+		{"chainTruncateAtBoot", hostChain{mode: chain.SU, stores: [3]ChainStore{D, D, M}}, chainSwarm, mutations{chainTruncateAtBoot: true}, [2]uint64{172, 172}, nil},
+		{"ttlNoReadKey/SU", ttlChain(chain.SU), chainSwarm, mutations{ttlNoReadKey: true}, [2]uint64{219, 219}, ttlReadsW(level.Sync)},
+		{"ttlNoReadKey/AUSI", ttlChain(chain.AUSI), chainSwarm, mutations{ttlNoReadKey: true}, [2]uint64{260, 260}, ttlReadsW(level.Sync)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			w := sim.Workload(syncW)
+			if tc.w != nil {
+				w = tc.w
+			}
 			for seed := tc.seeds[0]; seed <= tc.seeds[1]; seed++ {
-				if err := hostChainSim(seed, nil, tc.c, tc.faults, tc.mut, syncW); err != nil {
+				if err := hostChainSim(seed, nil, tc.c, tc.faults, tc.mut, w); err != nil {
 					t.Logf("caught at seed %d: %.200s", seed, err)
 					return
 				}
@@ -515,4 +534,58 @@ func TestHostSimChainMutations(t *testing.T) {
 			t.Fatalf("%s not caught in seeds %d-%d", tc.name, tc.seeds[0], tc.seeds[1])
 		})
 	}
+}
+
+// TestHostSimChainExpiryReads: expiry reads (PEXPIRETIME) after the
+// client's own SET PXAT, PEXPIREAT or PERSIST (hostTTL.ttlReads, the
+// workload TestHostSimExpiryReads runs on VR) on D-D-D chains under the
+// swarm, every read linearizable and sent to the members in turn (CRAQ),
+// judged by the expiry checker, the other key by every checker. SU and
+// AUSI: the modes that serve linearizable reads, so read-your-writes and
+// reads that do not go back in time are what they promise; AU serves none
+// (ErrNotOfferedUnderAU), and its session reads wait for the token whole,
+// not per key. Sync writes: the chain answers cad and async as sync under
+// SU, and under AUSI cad only drops the disk wait. Active expiry at the
+// head, which stamps the writes' Now; the other members decide expiry at
+// their clocks plus ClockSkew (hostExpiryBound).
+//
+// The stepped host applies a commit in the step that takes it, and the head
+// answers a write only once every member committed and applied it, so a
+// read that names no key to the read checks (c89b77bb's bug, the mutation
+// ttlNoReadKey) still sees the reader's own write: what it gets wrong is a
+// read at a member where the key is dirty — the write in flight, the tail
+// already serving it — answered from the older state, after another
+// reader's read of the newer one (the expiry checker's rule that expiry
+// reads do not go back in time). Rare: with the fix reverted in the source,
+// seeds 1–300 fail at 219 (SU) and 260 (AUSI) only, which each case runs
+// besides its first seven.
+func TestHostSimChainExpiryReads(t *testing.T) {
+	for _, tc := range []struct {
+		c    hostChain
+		also uint64 // a seed that catches the fix reverted
+	}{
+		{ttlChain(chain.SU), 219},
+		{ttlChain(chain.AUSI), 260},
+	} {
+		t.Run(strings.ReplaceAll(tc.c.String(), "/", "_"), func(t *testing.T) {
+			run := func(seed uint64, trace io.Writer) error {
+				return hostChainSim(seed, trace, tc.c, chainSwarm, mutations{}, ttlReadsW(level.Sync))
+			}
+			if os.Getenv(sim.SeedEnv) != "" || os.Getenv(sim.SeedsEnv) != "" {
+				sim.Explore(t, 1, 8, run)
+				return
+			}
+			sim.Explore(t, 1, 7, run)
+			sim.Explore(t, tc.also, 1, run)
+		})
+	}
+}
+
+// ttlChain is the expiry reads' chain under mode: D-D-D, active expiry
+// every 20 ms at the head, wall clocks within ±10 ms of the simulator's
+// time, so within 20 ms of each other: the members' ClockSkew, which
+// bounds how early a member that is not the head hides a key.
+func ttlChain(mode chain.Mode) hostChain {
+	return hostChain{mode: mode, stores: [3]ChainStore{ChainLog, ChainLog, ChainLog},
+		expiry: 20 * time.Millisecond, skew: 10 * time.Millisecond, clockSkew: 20 * time.Millisecond}
 }

@@ -178,6 +178,11 @@ type hostSimOptions struct {
 	// first event on: clocks that agree within about skew, as active
 	// expiry and ClockSkew assume.
 	skew time.Duration
+	// clockSkew is the replicas' Options.ClockSkew (0: the default,
+	// DefaultClockSkew): how far a replica that does not lead takes its
+	// clock to be from the leader's, and so how early it may hide a key
+	// (hostExpiryBound).
+	clockSkew time.Duration
 	// txn: the clients run transactions of this protocol instead of the
 	// workload's operations (host_sim_txn_test.go), judged by the
 	// transaction checker.
@@ -490,6 +495,7 @@ func newHostNode(o hostSimOptions, seed uint64, trueNow func() int64) sim.BootFa
 			FollowerReads:  o.followers,
 			Nilext:         o.nilext,
 			ActiveExpiry:   o.expiry,
+			ClockSkew:      o.clockSkew,
 			Random: func() uint64 {
 				// splitmix64: a replay of the seed draws the same numbers.
 				*rng += 0x9e3779b97f4a7c15
@@ -771,8 +777,9 @@ type hostClient struct {
 	tr          *vr.NilextTracker
 	directTicks int
 	ordered     bool
-	// strongAnywhere: linearizable reads go to the replicas in turn too
-	// (a chain's members serve them, CRAQ-style; chain_host_sim_test.go).
+	// strongAnywhere: linearizable reads, expiry reads among them, go to
+	// the replicas in turn too (a chain's members serve them, CRAQ-style;
+	// chain_host_sim_test.go).
 	strongAnywhere bool
 }
 
@@ -801,7 +808,8 @@ func (c *hostClient) send() {
 // sendFirst sends a new op: a read at a level below linearizable to the
 // replicas in turn (followers serve cross-client-monotonic reads under
 // FollowerReads, session and eventual reads when their state allows, else
-// redirect), anything else to the leader it believes in.
+// redirect) — with strongAnywhere every read, linearizable and expiry
+// reads too — and anything else to the leader it believes in.
 func (c *hostClient) sendFirst() {
 	c.tr, c.ordered = nil, false
 	if c.direct && c.op.Kind == check.Put {
@@ -813,7 +821,7 @@ func (c *hostClient) sendFirst() {
 			return
 		}
 	}
-	if c.op.Kind == check.Get && (c.strongAnywhere || !c.op.Cons.IsZero() && c.op.Cons.Kind != level.Linearizable) {
+	if (c.op.Kind == check.Get || c.op.Kind == check.TTL) && (c.strongAnywhere || !c.op.Cons.IsZero() && c.op.Cons.Kind != level.Linearizable) {
 		c.retry = 0
 		to := sim.Addr(c.seq % uint64(c.n))
 		c.out.Messages = append(c.out.Messages, sim.Envelope{To: to, Msg: hostReq{Seq: c.seq, Op: c.op, Session: c.sess}})
@@ -940,11 +948,7 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, sta
 	defer simPanic(&err)
 	var s *sim.Sim
 	trueNow := simClock(&s)
-	if t, ok := w.(hostTTL); ok {
-		t.now = trueNow
-		t.last = map[int]string{}
-		w = t
-	}
+	w = hostRunWorkload(w, trueNow)
 	newClient := newHostClient(hostClientTimeout, o.direct)
 	var txns *hostTxnRun
 	if o.txn != txnNone {
@@ -1015,15 +1019,51 @@ func hostSim(seed uint64, trace io.Writer, o hostSimOptions, w sim.Workload, sta
 	if txns != nil {
 		return errors.Join(s.Err(), txns.judge())
 	}
-	if _, ok := w.(hostTTL); ok {
-		// Keys written with an expiry go to the expiry checker, held to the
-		// wall clocks' skew and drift (hostWall) and a millisecond of
-		// rounding; the rest to the others.
-		plain, expiring := check.SplitExpiring(h)
-		bound := int64(o.skew) + 10*int64(time.Millisecond)
-		return errors.Join(s.Err(), hostJudge(plain, workloadDur(w), o.eventual), check.Expiry(expiring, bound).Err())
+	return errors.Join(s.Err(), hostJudgeRun(h, w, o))
+}
+
+// hostRunWorkload is the workload one run issues: w, or a hostTTL bound to
+// the run's clock (now) with its per-client state made afresh, so that a
+// seed replays. hostSim and hostChainSim both start their runs' through it.
+func hostRunWorkload(w sim.Workload, now func() int64) sim.Workload {
+	if t, ok := w.(hostTTL); ok {
+		t.now = now
+		t.last = map[int]string{}
+		return t
 	}
-	return errors.Join(s.Err(), hostJudge(h, workloadDur(w), o.eventual))
+	return w
+}
+
+// hostJudgeRun judges a run's history h of workload w: keys written with
+// an expiry (hostTTL) go to the expiry checker, held to hostExpiryBound;
+// the rest to the checkers the writes' durability promises (hostJudge).
+func hostJudgeRun(h check.History, w sim.Workload, o hostSimOptions) error {
+	if _, ok := w.(hostTTL); ok {
+		plain, expiring := check.SplitExpiring(h)
+		return errors.Join(hostJudge(plain, workloadDur(w), o.eventual), check.Expiry(expiring, hostExpiryBound(o)).Err())
+	}
+	return hostJudge(h, workloadDur(w), o.eventual)
+}
+
+// hostExpiryBound is how far (ns) a run's replicas may decide a key's
+// expiry from the recorder's clock, the expiry checker's bound: the wall
+// clocks' skew and drift (hostWall) and a millisecond of rounding, within
+// 10 ms. A VR group serves linearizable reads at its leader, which decides
+// expiry at its own clock; a chain serves them at every member (CRAQ), and
+// a member that is not the head — the head's clock stamps the writes, as a
+// leader's does — decides at its clock plus ClockSkew (readNow;
+// docs/consistency.md, "Key expiry"), so it may hide a key that much
+// earlier still.
+func hostExpiryBound(o hostSimOptions) int64 {
+	bound := int64(o.skew) + 10*int64(time.Millisecond)
+	if o.chain != nil {
+		cs := o.clockSkew
+		if cs == 0 {
+			cs = DefaultClockSkew
+		}
+		bound += int64(cs)
+	}
+	return bound
 }
 
 // hostAgree checks that the running replicas that applied the same op hold
