@@ -922,3 +922,60 @@ func TestTxnBeginAndEndRideInTheReads(t *testing.T) {
 		}
 	}
 }
+
+// TxOptions.ReadOnly: the transaction begins READONLY on a server that takes
+// it (KEFIR.TX FEATURES), its reads are served, its writes return
+// ErrTxReadOnly without reaching the server (nothing lands), and Txn returns
+// fn's error as is, without retrying it.
+func TestTxnReadOnly(t *testing.T) {
+	ctx, c := dialFor(t, startNode(t, ""), 30*time.Second)
+	if err := c.Put(ctx, "a", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	err := c.Txn(ctx, func(tx *Tx) error {
+		runs++
+		if v, err := tx.Get(ctx, "a"); err != nil || string(v) != "1" {
+			t.Errorf("Get = %q, %v", v, err)
+		}
+		if vs, err := tx.MGet(ctx, "a", "b"); err != nil || string(vs[0]) != "1" || vs[1] != nil {
+			t.Errorf("MGet = %q, %v", vs, err)
+		}
+		if err := tx.Set(ctx, "a", []byte("2")); !errors.Is(err, ErrTxReadOnly) {
+			t.Errorf("Set = %v, want ErrTxReadOnly", err)
+		}
+		if _, err := tx.Incr(ctx, "a", 1); !errors.Is(err, ErrTxReadOnly) {
+			t.Errorf("Incr = %v, want ErrTxReadOnly", err)
+		}
+		if _, err := tx.Del(ctx, "a"); !errors.Is(err, ErrTxReadOnly) {
+			t.Errorf("Del = %v, want ErrTxReadOnly", err)
+		}
+		if _, err := tx.SetRange(ctx, "a", 0, []byte("x")); !errors.Is(err, ErrTxReadOnly) {
+			t.Errorf("SetRange = %v, want ErrTxReadOnly", err)
+		}
+		if _, err := tx.SetBit(ctx, "a", 0, 1); !errors.Is(err, ErrTxReadOnly) {
+			t.Errorf("SetBit = %v, want ErrTxReadOnly", err)
+		}
+		return nil
+	}, &TxOptions{ReadOnly: true})
+	if err != nil || runs != 1 {
+		t.Fatalf("read-only Txn = %v after %d runs", err, runs)
+	}
+	c.txs.mu.Lock()
+	ro := c.txs.conns[0].txReadOnly
+	c.txs.mu.Unlock()
+	if !ro {
+		t.Fatal("the client did not learn that the server takes BEGIN … READONLY")
+	}
+	runs = 0
+	err = c.Txn(ctx, func(tx *Tx) error {
+		runs++
+		return tx.Set(ctx, "a", []byte("2"))
+	}, &TxOptions{ReadOnly: true})
+	if !errors.Is(err, ErrTxReadOnly) || runs != 1 {
+		t.Fatalf("a read-only Txn that writes = %v after %d runs, want ErrTxReadOnly after 1", err, runs)
+	}
+	if v, err := c.Get(ctx, "a"); err != nil || string(v) != "1" {
+		t.Fatalf("a = %q, %v: a refused write landed", v, err)
+	}
+}
