@@ -979,3 +979,76 @@ func TestTxnReadOnly(t *testing.T) {
 		t.Fatalf("a = %q, %v: a refused write landed", v, err)
 	}
 }
+
+// TxOptions.ReadOnly on the wire: BEGIN carries READONLY where the server
+// names it in KEFIR.TX FEATURES — folded into the first read (KEFIR.TX BEGIN
+// SERIALIZABLE READONLY THEN GET …) — and a transaction without the option
+// never does; against a server whose FEATURES is an error (before the
+// chained form and READONLY) the client sends a plain BEGIN, still reads,
+// and still refuses the writes itself.
+func TestTxnReadOnlyOnTheWire(t *testing.T) {
+	addr := startNode(t, "")
+	for _, old := range []bool{false, true} {
+		p := newCmdProxy(t, addr, old)
+		ctx, c := dialFor(t, p.ln.Addr().String(), 30*time.Second, WithPoolSize(1))
+		if err := c.Put(ctx, "a", []byte("1")); err != nil {
+			t.Fatal(err)
+		}
+		txn := func(ro bool) {
+			t.Helper()
+			err := c.Txn(ctx, func(tx *Tx) error {
+				if v, err := tx.Get(ctx, "a"); err != nil || string(v) != "1" {
+					return fmt.Errorf("Get = %q, %v", v, err)
+				}
+				if err := tx.Set(ctx, "a", []byte("2")); ro != errors.Is(err, ErrTxReadOnly) {
+					return fmt.Errorf("Set = %v (read-only %v)", err, ro)
+				}
+				if !ro {
+					return tx.Set(ctx, "a", []byte("1"))
+				}
+				return nil
+			}, &TxOptions{ReadOnly: ro, MaxAttempts: 1})
+			if err != nil {
+				t.Fatalf("old server %v, read-only %v: %v", old, ro, err)
+			}
+		}
+		for _, ro := range []bool{true, false, true} {
+			m := p.mark()
+			txn(ro)
+			p.mu.Lock()
+			log := slices.Clone(p.log[m:])
+			p.mu.Unlock()
+			begins, readOnly := 0, 0
+			for _, w := range log {
+				if len(w) < 2 || w[0] != "KEFIR.TX" {
+					continue
+				}
+				for i, x := range w {
+					if x != "BEGIN" {
+						continue
+					}
+					begins++
+					// BEGIN's words run to THEN or the command's end.
+					for _, y := range w[i+1:] {
+						if y == "THEN" {
+							break
+						}
+						if y == "READONLY" {
+							readOnly++
+						}
+					}
+				}
+			}
+			want := 0
+			if ro && !old {
+				want = 1
+			}
+			if begins != 1 || readOnly != want {
+				t.Errorf("old server %v, read-only %v: %d BEGINs, %d with READONLY, want 1 and %d: %q", old, ro, begins, readOnly, want, log)
+			}
+		}
+		if v, err := c.Get(ctx, "a"); err != nil || string(v) != "1" {
+			t.Fatalf("old server %v: a = %q, %v", old, v, err)
+		}
+	}
+}
