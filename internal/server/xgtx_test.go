@@ -327,13 +327,24 @@ func TestCrossGroupTxReadsWaitForLocks(t *testing.T) {
 		t.Errorf("a READONLY transaction's read of a write-locked key: %s, want \"7\" (after the resolve)", got)
 	}
 	a.expect(`KEFIR.TX COMMIT ` + h + ` => (integer)*`)
+	// The chained form: on the event loop the first read finds the lock and
+	// the BEGIN is undone (wouldWait); the worker that runs the chain again
+	// begins it anew and waits.
+	prepare("r2roc", "77")
+	a.send("KEFIR.TX", "BEGIN", "READONLY", "THEN", "GET", "100", x.k1)
+	time.Sleep(50 * time.Millisecond)
+	decide("r2roc")
+	if got := a.reply(); got != `"77"` {
+		t.Errorf("KEFIR.TX BEGIN READONLY THEN GET of a write-locked key: %s, want \"77\" (after the resolve)", got)
+	}
+	a.expect(`KEFIR.TX COMMIT 100 => (integer)*`)
 	if !mutation.On {
 		return
 	}
 	cluster.MultiMut.ReadsIgnoreTxLocks.Store(true)
 	got := read("r3", "8")
 	cluster.MultiMut.ReadsIgnoreTxLocks.Store(false)
-	if got != `"7"` {
+	if got != `"77"` {
 		t.Fatalf("ReadsIgnoreTxLocks not caught: %s", got)
 	}
 	t.Logf("ReadsIgnoreTxLocks caught: the read answered %s while the transaction writing 8 was prepared", got)
