@@ -51,8 +51,10 @@ type TxOptions struct {
 	// replica group it never waits and never aborts (its reads are of one
 	// snapshot, and it ends without a commit); on a node of several groups a
 	// read of a key a prepared cross-group transaction writes waits for it,
-	// and one across groups is validated at its end and may abort
-	// (docs/design/transactions.md, "Read-only transactions").
+	// and some reads may still abort: one across groups is validated at its
+	// end (docs/design/transactions.md, "Read-only transactions"). Against a
+	// server whose KEFIR.TX FEATURES does not name READONLY it begins as any
+	// transaction (its first read may wait); its writes are still refused.
 	ReadOnly bool
 }
 
