@@ -927,18 +927,49 @@ type txFresher interface {
 // to wait or to take the new start leaves the old one, which is as good as
 // before.
 func (c *conn) txRefresh(tx *itxn, keys [][]byte) error {
-	if c.srv.clusterOn || tx.snap == nil || len(keys) == 0 || tx.readOnly || (tx.touched && !(mutation.On && itxMut.refreshAfterRead.Load())) {
+	if c.srv.clusterOn || tx.snap == nil || len(keys) == 0 || (tx.touched && !(mutation.On && itxMut.refreshAfterRead.Load())) {
 		return nil
 	}
-	if !c.awaitTxWriters(keys) {
+	if tx.readOnly {
+		// READONLY: no wait (docs/design/transactions.md, "Read-only
+		// transactions") — unless its snapshot already lost a version of
+		// keys (txSnapLost): then a new start, after the commits in flight
+		// that write them, if any.
+		if !c.txSnapLost(tx, keys) {
+			return nil
+		}
+		if c.awaitTxWriters(keys); c.wouldWait {
+			return nil // the worker runs it again
+		}
+	} else if !c.awaitTxWriters(keys) {
 		return nil // nothing waited for (or c.wouldWait: the worker runs it again)
 	}
 	old := tx.snap
-	if err := c.txStart(tx, nil); err != nil {
-		return nil // txStart left tx.snap as it was
+	if err := c.txStart(tx, nil); err != nil || c.wouldWait {
+		return nil // txStart left tx.snap as it was (wouldWait: a worker runs it again)
 	}
 	old.Close()
 	return nil
+}
+
+// txSnapLost reports, for a READONLY transaction's first read, whether
+// tx's snapshot no longer holds the version of one of keys. A leader pins
+// the start at its readable index R, which trails what its engine applied
+// by up to a round: a write applied beyond R before the pin has already
+// dropped the version R reads (retention keeps a superseded version only
+// for a snapshot open when it is superseded), and the read would abort
+// "transaction too old" at once — in a transaction that has read nothing,
+// whose start may as well be taken again (txRefresh); a read-write
+// transaction's read aborts there as before, and its client retries it.
+// One engine lookup per key of the first command; it reads the snapshot and changes nothing, so an event loop's
+// run and a worker's run again agree.
+func (c *conn) txSnapLost(tx *itxn, keys [][]byte) bool {
+	for _, k := range keys {
+		if _, _, _, _, err := tx.snap.GetShared(k); errors.Is(err, shard.ErrTxTooOld) {
+			return true
+		}
+	}
+	return false
 }
 
 // awaitTxWriters waits, bounded by txFreshWait, for the EXECs and
