@@ -925,7 +925,8 @@ type txFresher interface {
 // the first key (txSlot), so there the wait comes before it, in the command
 // (cluster.Multi asks the key's group) and no start is taken again. A failure
 // to wait or to take the new start leaves the old one, which is as good as
-// before.
+// before. A READONLY transaction does not wait, unless its start already
+// lost a version of keys (txSnapLost): then it waits and takes it again.
 func (c *conn) txRefresh(tx *itxn, keys [][]byte) error {
 	if c.srv.clusterOn || tx.snap == nil || len(keys) == 0 || (tx.touched && !(mutation.On && itxMut.refreshAfterRead.Load())) {
 		return nil
