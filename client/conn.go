@@ -353,9 +353,9 @@ type conn struct {
 	txNext uint64
 	txOpen int
 	// txOneGroup: the node serves one replica group; txThen: it takes
-	// KEFIR.TX's chained form (txn.go, probeTx). Set before the connection
-	// carries a transaction.
-	txOneGroup, txThen bool
+	// KEFIR.TX's chained form; txReadOnly: BEGIN … READONLY (txn.go,
+	// probeTx). Set before the connection carries a transaction.
+	txOneGroup, txThen, txReadOnly bool
 	// riders counts detached requests queued without waking the writer
 	// (sendDetached): they go with the next write, or when flush fires.
 	riders int

@@ -45,7 +45,22 @@ type TxOptions struct {
 	// Backoff is the wait before the second attempt (default 1ms), doubled
 	// for each later one up to 100ms, with jitter.
 	Backoff time.Duration
+	// ReadOnly begins the transaction READONLY: its writes (Set, Del, Incr,
+	// SetRange, SetBit) return ErrTxReadOnly without reaching the server,
+	// and its reads never wait for a commit in flight. On a node of one
+	// replica group it never waits and never aborts (its reads are of one
+	// snapshot, and it ends without a commit); on a node of several groups a
+	// read of a key a prepared cross-group transaction writes waits for it,
+	// and some reads may still abort: one across groups is validated at its
+	// end (docs/design/transactions.md, "Read-only transactions"). Against a
+	// server whose KEFIR.TX FEATURES does not name READONLY it begins as any
+	// transaction (its first read may wait); its writes are still refused.
+	ReadOnly bool
 }
+
+// ErrTxReadOnly: a write in a transaction begun with TxOptions.ReadOnly.
+// Txn returns it as fn returns it; it is not retried.
+var ErrTxReadOnly = errors.New("kefir: write in a read-only transaction (TxOptions.ReadOnly)")
 
 // ErrTxAborted: the transaction aborted (a conflict with a transaction that
 // committed after its start, or its snapshot grew too old). Txn retries it;
@@ -91,9 +106,12 @@ type Tx struct {
 	txs   *txConns
 	moved *txMoved
 	level string
-	h     string // this transaction's handle (its BEGIN's answer), once BEGIN is queued
-	begun bool
-	wrote bool
+	// readOnly: begun with TxOptions.ReadOnly (BEGIN … READONLY where the
+	// server takes it, conn.txReadOnly).
+	readOnly bool
+	h        string // this transaction's handle (its BEGIN's answer), once BEGIN is queued
+	begun    bool
+	wrote    bool
 	// slot is the hash slot of the first key the transaction named (-1:
 	// none yet); slots that it named another. On a node of several groups
 	// (crossSlots) that makes a transaction across slots, which the server
@@ -150,7 +168,7 @@ func (c *Client) Txn(ctx context.Context, fn func(tx *Tx) error, opts *TxOptions
 			}
 			backoff = min(2*backoff, 100*time.Millisecond)
 		}
-		err := c.txnOnce(ctx, fn, o.Isolation, &moved)
+		err := c.txnOnce(ctx, fn, o.Isolation, o.ReadOnly, &moved)
 		if err == nil || !errors.Is(err, ErrTxAborted) {
 			return err
 		}
@@ -171,8 +189,8 @@ type txMoved struct {
 // txnOnce runs one attempt: an error wrapping ErrTxAborted may be retried.
 // The attempt takes its connection at its first command (Tx.acquire), when
 // its first key, which says where it must begin in a cluster, is known.
-func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolation, moved *txMoved) error {
-	tx := &Tx{c: c, level: "SERIALIZABLE", slot: -1, moved: moved}
+func (c *Client) txnOnce(ctx context.Context, fn func(tx *Tx) error, iso Isolation, readOnly bool, moved *txMoved) error {
+	tx := &Tx{c: c, level: "SERIALIZABLE", readOnly: readOnly, slot: -1, moved: moved}
 	if iso == SnapshotIsolation {
 		tx.level = "SI"
 	}
@@ -456,6 +474,9 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 		begin = newCall(replyInt, false, nil, nil)
 		begin.allowRedirect = false
 		begin.cmd = append(begin.cmd, arg{s: "KEFIR.TX"}, arg{s: "BEGIN"}, arg{s: t.level})
+		if t.readOnly && t.cn.txReadOnly {
+			begin.cmd = append(begin.cmd, arg{s: "READONLY"})
+		}
 		reqs = append(reqs, begin)
 	}
 	writes := t.pending
@@ -476,7 +497,11 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 			for _, q := range reqs {
 				q.cmd[2] = arg{s: t.h}
 			}
-			reqs[0].cmd = slices.Insert(reqs[0].cmd, 1, arg{s: "BEGIN"}, arg{s: t.level}, arg{s: "THEN"})
+			if t.readOnly && t.cn.txReadOnly {
+				reqs[0].cmd = slices.Insert(reqs[0].cmd, 1, arg{s: "BEGIN"}, arg{s: t.level}, arg{s: "READONLY"}, arg{s: "THEN"})
+			} else {
+				reqs[0].cmd = slices.Insert(reqs[0].cmd, 1, arg{s: "BEGIN"}, arg{s: t.level}, arg{s: "THEN"})
+			}
 		}
 	} else if begin != nil {
 		// The handle BEGIN will answer: the connection's next, taken in
@@ -726,6 +751,9 @@ func (t *Tx) Set(_ context.Context, key string, value []byte) error {
 	if t.failed != nil {
 		return t.failed
 	}
+	if t.readOnly {
+		return ErrTxReadOnly
+	}
 	t.wrote = true
 	t.pending = append(t.pending, t.request(replyStatus, "SET", key, append([]byte{}, value...)))
 	return nil
@@ -735,6 +763,9 @@ func (t *Tx) Set(_ context.Context, key string, value []byte) error {
 // transaction's view): it waits for its reply (sending the buffered Sets
 // with it).
 func (t *Tx) Del(ctx context.Context, key string) (bool, error) {
+	if t.readOnly {
+		return false, ErrTxReadOnly
+	}
 	t.wrote = true
 	r, _, err := t.call(ctx, replyInt, "DEL", key)
 	if err != nil {
@@ -749,6 +780,9 @@ func (t *Tx) Del(ctx context.Context, key string) (bool, error) {
 // view (the committed value, if it commits): it waits for its reply
 // (sending the buffered Sets with it).
 func (t *Tx) Incr(ctx context.Context, key string, delta int64) (int64, error) {
+	if t.readOnly {
+		return 0, ErrTxReadOnly
+	}
 	t.wrote = true
 	r, _, err := t.call(ctx, replyInt, "INCRBY", key, strconv.FormatInt(delta, 10))
 	if err != nil {
@@ -871,7 +905,7 @@ func (p *txConns) dial(ctx context.Context, pl *pool, hint *string) (*conn, erro
 	for _, a := range addrs {
 		cn, err := c.dial(ctx, a)
 		if err == nil {
-			cn.txOneGroup, cn.txThen = probeTx(ctx, cn)
+			cn.txOneGroup, cn.txThen, cn.txReadOnly = probeTx(ctx, cn)
 			return cn, nil
 		}
 		if errors.Is(err, ErrAuth) {
@@ -891,9 +925,11 @@ func (p *txConns) dial(ctx context.Context, pl *pool, hint *string) (*conn, erro
 // (KEFIR.TX FEATURES names THEN; an older server answers an error): then
 // BEGIN travels inside the transaction's first command and an ABORT inside
 // the connection's next, each a command fewer on the server (foldAborts,
-// Tx.call). Asked once per transaction connection; false for what the node
+// Tx.call); and whether it takes BEGIN … READONLY (KEFIR.TX FEATURES names
+// READONLY; else a read-only transaction begins as any, and the client
+// refuses its writes itself). Asked once per transaction connection; false for what the node
 // does not say.
-func probeTx(ctx context.Context, cn *conn) (oneGroup, then bool) {
+func probeTx(ctx context.Context, cn *conn) (oneGroup, then, readOnly bool) {
 	info := newCall(replyBulk, false, nil, nil)
 	info.allowRedirect = false
 	info.cmd = append(info.cmd, arg{s: "INFO"}, arg{s: "cluster"})
@@ -901,16 +937,17 @@ func probeTx(ctx context.Context, cn *conn) (oneGroup, then bool) {
 	feat.allowRedirect = false
 	feat.cmd = append(feat.cmd, arg{s: "KEFIR.TX"}, arg{s: "FEATURES"})
 	if err := pipeline(ctx, cn, nil, info, feat); err != nil {
-		return false, false // cn is closed or broken: its requests are not returned
+		return false, false, false // cn is closed or broken: its requests are not returned
 	}
 	if info.err == nil {
 		enabled, known := clusterEnabledIn(info.val)
 		oneGroup = known && !enabled
 	}
 	then = feat.err == nil && slices.ContainsFunc(feat.list, func(w []byte) bool { return string(w) == "THEN" })
+	readOnly = feat.err == nil && slices.ContainsFunc(feat.list, func(w []byte) bool { return string(w) == "READONLY" })
 	putRequest(info)
 	putRequest(feat)
-	return oneGroup, then
+	return oneGroup, then, readOnly
 }
 
 // put ends a transaction's use of cn: a connection the pool does not keep
@@ -943,6 +980,9 @@ func (p *txConns) close() {
 // other bytes of key does not conflict with it (docs/design/transactions.md,
 // "Fine-grained conflicts").
 func (t *Tx) SetRange(ctx context.Context, key string, offset int64, value []byte) (int64, error) {
+	if t.readOnly {
+		return 0, ErrTxReadOnly
+	}
 	t.wrote = true
 	r, _, err := t.call(ctx, replyInt, "SETRANGE", key, strconv.FormatInt(offset, 10), value)
 	if err != nil {
@@ -972,6 +1012,9 @@ func (t *Tx) GetRange(ctx context.Context, key string, start, end int64) ([]byte
 func (t *Tx) SetBit(ctx context.Context, key string, offset int64, bit int) (int, error) {
 	if bit != 0 && bit != 1 {
 		return 0, fmt.Errorf("kefir: SetBit of %d: a bit is 0 or 1", bit)
+	}
+	if t.readOnly {
+		return 0, ErrTxReadOnly
 	}
 	t.wrote = true
 	r, _, err := t.call(ctx, replyInt, "SETBIT", key, strconv.FormatInt(offset, 10), strconv.Itoa(bit))

@@ -922,3 +922,133 @@ func TestTxnBeginAndEndRideInTheReads(t *testing.T) {
 		}
 	}
 }
+
+// TxOptions.ReadOnly: the transaction begins READONLY on a server that takes
+// it (KEFIR.TX FEATURES), its reads are served, its writes return
+// ErrTxReadOnly without reaching the server (nothing lands), and Txn returns
+// fn's error as is, without retrying it.
+func TestTxnReadOnly(t *testing.T) {
+	ctx, c := dialFor(t, startNode(t, ""), 30*time.Second)
+	if err := c.Put(ctx, "a", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	err := c.Txn(ctx, func(tx *Tx) error {
+		runs++
+		if v, err := tx.Get(ctx, "a"); err != nil || string(v) != "1" {
+			t.Errorf("Get = %q, %v", v, err)
+		}
+		if vs, err := tx.MGet(ctx, "a", "b"); err != nil || string(vs[0]) != "1" || vs[1] != nil {
+			t.Errorf("MGet = %q, %v", vs, err)
+		}
+		if err := tx.Set(ctx, "a", []byte("2")); !errors.Is(err, ErrTxReadOnly) {
+			t.Errorf("Set = %v, want ErrTxReadOnly", err)
+		}
+		if _, err := tx.Incr(ctx, "a", 1); !errors.Is(err, ErrTxReadOnly) {
+			t.Errorf("Incr = %v, want ErrTxReadOnly", err)
+		}
+		if _, err := tx.Del(ctx, "a"); !errors.Is(err, ErrTxReadOnly) {
+			t.Errorf("Del = %v, want ErrTxReadOnly", err)
+		}
+		if _, err := tx.SetRange(ctx, "a", 0, []byte("x")); !errors.Is(err, ErrTxReadOnly) {
+			t.Errorf("SetRange = %v, want ErrTxReadOnly", err)
+		}
+		if _, err := tx.SetBit(ctx, "a", 0, 1); !errors.Is(err, ErrTxReadOnly) {
+			t.Errorf("SetBit = %v, want ErrTxReadOnly", err)
+		}
+		return nil
+	}, &TxOptions{ReadOnly: true})
+	if err != nil || runs != 1 {
+		t.Fatalf("read-only Txn = %v after %d runs", err, runs)
+	}
+	c.txs.mu.Lock()
+	ro := c.txs.conns[0].txReadOnly
+	c.txs.mu.Unlock()
+	if !ro {
+		t.Fatal("the client did not learn that the server takes BEGIN … READONLY")
+	}
+	runs = 0
+	err = c.Txn(ctx, func(tx *Tx) error {
+		runs++
+		return tx.Set(ctx, "a", []byte("2"))
+	}, &TxOptions{ReadOnly: true})
+	if !errors.Is(err, ErrTxReadOnly) || runs != 1 {
+		t.Fatalf("a read-only Txn that writes = %v after %d runs, want ErrTxReadOnly after 1", err, runs)
+	}
+	if v, err := c.Get(ctx, "a"); err != nil || string(v) != "1" {
+		t.Fatalf("a = %q, %v: a refused write landed", v, err)
+	}
+}
+
+// TxOptions.ReadOnly on the wire: BEGIN carries READONLY where the server
+// names it in KEFIR.TX FEATURES — folded into the first read (KEFIR.TX BEGIN
+// SERIALIZABLE READONLY THEN GET …) — and a transaction without the option
+// never does; against a server whose FEATURES is an error (before the
+// chained form and READONLY) the client sends a plain BEGIN, still reads,
+// and still refuses the writes itself.
+func TestTxnReadOnlyOnTheWire(t *testing.T) {
+	addr := startNode(t, "")
+	for _, old := range []bool{false, true} {
+		p := newCmdProxy(t, addr, old)
+		ctx, c := dialFor(t, p.ln.Addr().String(), 30*time.Second, WithPoolSize(1))
+		if err := c.Put(ctx, "a", []byte("1")); err != nil {
+			t.Fatal(err)
+		}
+		txn := func(ro bool) {
+			t.Helper()
+			err := c.Txn(ctx, func(tx *Tx) error {
+				if v, err := tx.Get(ctx, "a"); err != nil || string(v) != "1" {
+					return fmt.Errorf("Get = %q, %v", v, err)
+				}
+				if err := tx.Set(ctx, "a", []byte("2")); ro != errors.Is(err, ErrTxReadOnly) {
+					return fmt.Errorf("Set = %v (read-only %v)", err, ro)
+				}
+				if !ro {
+					return tx.Set(ctx, "a", []byte("1"))
+				}
+				return nil
+			}, &TxOptions{ReadOnly: ro, MaxAttempts: 1})
+			if err != nil {
+				t.Fatalf("old server %v, read-only %v: %v", old, ro, err)
+			}
+		}
+		for _, ro := range []bool{true, false, true} {
+			m := p.mark()
+			txn(ro)
+			p.mu.Lock()
+			log := slices.Clone(p.log[m:])
+			p.mu.Unlock()
+			begins, readOnly := 0, 0
+			for _, w := range log {
+				if len(w) < 2 || w[0] != "KEFIR.TX" {
+					continue
+				}
+				for i, x := range w {
+					if x != "BEGIN" {
+						continue
+					}
+					begins++
+					// BEGIN's words run to THEN or the command's end.
+					for _, y := range w[i+1:] {
+						if y == "THEN" {
+							break
+						}
+						if y == "READONLY" {
+							readOnly++
+						}
+					}
+				}
+			}
+			want := 0
+			if ro && !old {
+				want = 1
+			}
+			if begins != 1 || readOnly != want {
+				t.Errorf("old server %v, read-only %v: %d BEGINs, %d with READONLY, want 1 and %d: %q", old, ro, begins, readOnly, want, log)
+			}
+		}
+		if v, err := c.Get(ctx, "a"); err != nil || string(v) != "1" {
+			t.Fatalf("old server %v: a = %q, %v", old, v, err)
+		}
+	}
+}

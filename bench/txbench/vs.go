@@ -339,10 +339,11 @@ func watchTxn(rdb *redis.Client) func(context.Context, int, string, string) (boo
 	}
 }
 
-// readOnly runs, from n clients for d, a c.Txn of 4 Gets (txn) or 4 c.Gets
+// readOnly runs, from n clients for d, a read-only c.Txn of 4 Gets (txn) or 4 c.Gets
 // of keys drawn from the h preloaded ones,
 // and returns the rate of those units and the server CPU per unit.
 func readOnly(ctx context.Context, kc *client.Client, pids string, h, n int, d time.Duration, txn bool) (float64, float64) {
+	roOpts := &client.TxOptions{ReadOnly: true} // BEGIN … READONLY: no wait, no abort
 	var done atomic.Int64
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -367,7 +368,7 @@ func readOnly(ctx context.Context, kc *client.Client, pids string, h, n int, d t
 							}
 						}
 						return nil
-					}, nil)
+					}, roOpts)
 				} else {
 					for _, k := range keys {
 						if _, err = kc.Get(ctx, k); err != nil {

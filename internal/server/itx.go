@@ -88,9 +88,12 @@ type itxn struct {
 	expired bool
 	ended   bool
 	iso     kv.Cond
-	began   time.Time
-	snap    *shard.TxSnap // nil until its first key on a node of several groups
-	slot    int           // that key's slot (-1: not yet, or not a cluster)
+	// readOnly: begun READONLY (txBegin): its writes are refused and its
+	// first read never waits for a commit in flight (txRefresh).
+	readOnly bool
+	began    time.Time
+	snap     *shard.TxSnap // nil until its first key on a node of several groups
+	slot     int           // that key's slot (-1: not yet, or not a cluster)
 	// parts are the further slots of a transaction across slots (xgtx.go).
 	parts []*txPart
 	// keys are the keys its commands touched: the version each first read
@@ -223,6 +226,12 @@ var (
 	errTxNoSupport = errf("ERR interactive transactions are not supported by this deployment")
 )
 
+// errTxReadOnly refuses a write in a READONLY transaction; the transaction
+// stays open, as after any command's error.
+func errTxReadOnly(sub string) error {
+	return errf("ERR cannot run KEFIR.TX %s in a READONLY transaction (begun with KEFIR.TX BEGIN … READONLY, which only reads)", sub)
+}
+
 // txSubs are KEFIR.TX's subcommands: txCmd names one without allocating.
 var txSubs = []string{"GET", "BEGIN", "ABORT", "MGET", "EXISTS", "SET", "DEL", "INCRBY", "COMMIT", "PREPARE",
 	"GETRANGE", "GETBIT", "SETRANGE", "SETBIT", "BITFIELD", "ACCESS"}
@@ -266,10 +275,13 @@ func (c *conn) txCmd(args [][]byte) error {
 		// What this server's KEFIR.TX takes beyond BEGIN's first form (the
 		// Go client asks once per connection; an older server answers an
 		// error).
-		if err := c.w.WriteArrayHeader(1); err != nil {
+		if err := c.w.WriteArrayHeader(2); err != nil {
 			return err
 		}
-		return c.w.WriteBulkString("THEN")
+		if err := c.w.WriteBulkString("THEN"); err != nil {
+			return err
+		}
+		return c.w.WriteBulkString("READONLY")
 	}
 	if len(args) < 3 {
 		return errf("ERR wrong number of arguments for 'kefir.tx|%s' command", strings.ToLower(sub))
@@ -312,8 +324,23 @@ func (c *conn) txCmd(args [][]byte) error {
 		return c.w.WriteSimple("OK")
 	case "COMMIT", "PREPARE":
 		return c.txCommit(h, tx, sub == "PREPARE")
+	case "SET", "INCRBY", "DEL", "SETRANGE", "SETBIT":
+		if tx.readOnly {
+			return errTxReadOnly(sub)
+		}
+	case "BITFIELD":
+		if tx.readOnly {
+			if bf, err := kv.ParseBitField(rest[1:], false); err == nil && kv.BitFieldWrites(bf) {
+				return errTxReadOnly(sub)
+			} // a malformed one answers its parse error below
+		}
 	}
-	if c.srv.clusterOn && tx.slot < 0 && len(keys) > 0 {
+	if c.srv.clusterOn && tx.readOnly && len(keys) > 0 {
+		if err := c.txAwaitReadLocks(tx, keys); err != nil || c.wouldWait {
+			return err // wouldWait: nothing done; a worker runs the command again
+		}
+	}
+	if c.srv.clusterOn && tx.slot < 0 && len(keys) > 0 && !tx.readOnly {
 		// A node of several groups takes the start at the first key
 		// (txSlot): the commits in flight that write these keys are
 		// waited for first (txRefresh's rule), so the start follows them.
@@ -707,18 +734,49 @@ func (c *conn) txRunChain(ch txChain) error {
 	return c.w.WriteSimple("OK")
 }
 
-// txBegin runs KEFIR.TX BEGIN [SI|SERIALIZABLE] (default SERIALIZABLE), and
-// then, if not nil, the transaction's first command (txChain), whose handle
-// the new transaction takes.
+// parseTxBeginArgs parses BEGIN's words: an isolation level, SI or
+// SERIALIZABLE (the default), and READONLY, in either order, each at most
+// once.
+//
+// A READONLY transaction (docs/design/transactions.md, "Read-only
+// transactions") is refused every write (errTxReadOnly; it stays open, as
+// after any command's error), and its first read does not wait for a commit
+// in flight (txRefresh): that wait buys a read-modify-write a start after
+// the commit it would otherwise lose to, and a transaction that only reads
+// loses to nothing — read at the older start it is serialized there, before
+// the commit, which is still a point inside its real-time interval. It never
+// waits and, on a node of one replica group, never aborts (its reads are of
+// one snapshot, and its COMMIT ends it without the log), except at the
+// lifetime and retention limits. The isolation word is accepted and changes
+// nothing: a transaction that only reads one snapshot is serializable.
+func parseTxBeginArgs(args [][]byte) (iso kv.Cond, readOnly bool, err error) {
+	iso = kv.TxSerializable
+	isoSet := false
+	for _, a := range args {
+		switch {
+		case eq(a, "READONLY") && !readOnly:
+			readOnly = true
+		case (eq(a, "SI") || eq(a, "SERIALIZABLE")) && !isoSet:
+			isoSet = true
+			if eq(a, "SI") {
+				iso = kv.TxSI
+			}
+		case eq(a, "READONLY") || eq(a, "SI") || eq(a, "SERIALIZABLE"):
+			return 0, false, errSyntax // a word twice, or SI and SERIALIZABLE
+		default:
+			return 0, false, errf("ERR unknown isolation level '%s' (SI or SERIALIZABLE, and READONLY)", clip(a))
+		}
+	}
+	return iso, readOnly, nil
+}
+
+// txBegin runs KEFIR.TX BEGIN [SI|SERIALIZABLE] [READONLY] (default
+// SERIALIZABLE; parseTxBeginArgs), and then, if not nil, the transaction's
+// first command (txChain), whose handle the new transaction takes.
 func (c *conn) txBegin(args, then [][]byte) error {
-	iso := kv.TxSerializable
-	switch {
-	case len(args) > 1:
-		return errSyntax
-	case len(args) == 1 && eq(args[0], "SI"):
-		iso = kv.TxSI
-	case len(args) == 1 && !eq(args[0], "SERIALIZABLE"):
-		return errf("ERR unknown isolation level '%s' (SI or SERIALIZABLE)", clip(args[0]))
+	iso, readOnly, err := parseTxBeginArgs(args)
+	if err != nil {
+		return err
 	}
 	if _, ok := c.srv.shard.(shard.TxSnapshots); !ok {
 		return errTxNoSupport
@@ -743,7 +801,7 @@ func (c *conn) txBegin(args, then [][]byte) error {
 	if len(c.itx.open) >= txMaxOpen {
 		return errTxTooMany
 	}
-	tx := c.itx.take(iso)
+	tx := c.itx.take(iso, readOnly)
 	if !c.srv.clusterOn {
 		// One group: its start version is known now. On a node of several
 		// groups the first key names the group (versions are a group's).
@@ -763,7 +821,7 @@ func (c *conn) txBegin(args, then [][]byte) error {
 	if then == nil {
 		return c.w.WriteInt(int64(h))
 	}
-	err := c.txCmd(then)
+	err = c.txCmd(then)
 	if c.wouldWait {
 		// The first command must wait (on an event loop): undone, so that
 		// the worker that runs the whole chain again finds it as it was.
@@ -778,10 +836,10 @@ func (c *conn) txBegin(args, then [][]byte) error {
 
 // take is a transaction for BEGIN: one of the connection's ended ones
 // (free), or a new one.
-func (x *itxConn) take(iso kv.Cond) *itxn {
+func (x *itxConn) take(iso kv.Cond, readOnly bool) *itxn {
 	n := len(x.free)
 	if n == 0 {
-		return &itxn{iso: iso, began: time.Now(), slot: -1, keys: map[string]*txKey{}}
+		return &itxn{iso: iso, readOnly: readOnly, began: time.Now(), slot: -1, keys: map[string]*txKey{}}
 	}
 	tx := x.free[n-1]
 	x.free[n-1] = nil
@@ -789,7 +847,7 @@ func (x *itxConn) take(iso kv.Cond) *itxn {
 	// Under mu, as expire reads them once the timer is armed again.
 	tx.mu.Lock()
 	tx.expired, tx.ended, tx.touched = false, false, false
-	tx.iso, tx.began, tx.slot = iso, time.Now(), -1
+	tx.iso, tx.readOnly, tx.began, tx.slot = iso, readOnly, time.Now(), -1
 	tx.origin, tx.now, tx.bytes, tx.viewAt = kv.TxOrigin{}, 0, 0, 0
 	tx.mu.Unlock()
 	return tx
@@ -867,20 +925,52 @@ type txFresher interface {
 // the first key (txSlot), so there the wait comes before it, in the command
 // (cluster.Multi asks the key's group) and no start is taken again. A failure
 // to wait or to take the new start leaves the old one, which is as good as
-// before.
+// before. A READONLY transaction does not wait, unless its start already
+// lost a version of keys (txSnapLost): then it waits and takes it again.
 func (c *conn) txRefresh(tx *itxn, keys [][]byte) error {
 	if c.srv.clusterOn || tx.snap == nil || len(keys) == 0 || (tx.touched && !(mutation.On && itxMut.refreshAfterRead.Load())) {
 		return nil
 	}
-	if !c.awaitTxWriters(keys) {
+	if tx.readOnly {
+		// READONLY: no wait (docs/design/transactions.md, "Read-only
+		// transactions") — unless its snapshot already lost a version of
+		// keys (txSnapLost): then a new start, after the commits in flight
+		// that write them, if any.
+		if !c.txSnapLost(tx, keys) {
+			return nil
+		}
+		if c.awaitTxWriters(keys); c.wouldWait {
+			return nil // the worker runs it again
+		}
+	} else if !c.awaitTxWriters(keys) {
 		return nil // nothing waited for (or c.wouldWait: the worker runs it again)
 	}
 	old := tx.snap
-	if err := c.txStart(tx, nil); err != nil {
-		return nil // txStart left tx.snap as it was
+	if err := c.txStart(tx, nil); err != nil || c.wouldWait {
+		return nil // txStart left tx.snap as it was (wouldWait: a worker runs it again)
 	}
 	old.Close()
 	return nil
+}
+
+// txSnapLost reports, for a READONLY transaction's first read, whether
+// tx's snapshot no longer holds the version of one of keys. A leader pins
+// the start at its readable index R, which trails what its engine applied
+// by up to a round: a write applied beyond R before the pin has already
+// dropped the version R reads (retention keeps a superseded version only
+// for a snapshot open when it is superseded), and the read would abort
+// "transaction too old" at once — in a transaction that has read nothing,
+// whose start may as well be taken again (txRefresh); a read-write
+// transaction's read aborts there as before, and its client retries it.
+// One engine lookup per key of the first command; it reads the snapshot and changes nothing, so an event loop's
+// run and a worker's run again agree.
+func (c *conn) txSnapLost(tx *itxn, keys [][]byte) bool {
+	for _, k := range keys {
+		if _, _, _, _, err := tx.snap.GetShared(k); errors.Is(err, shard.ErrTxTooOld) {
+			return true
+		}
+	}
+	return false
 }
 
 // awaitTxWriters waits, bounded by txFreshWait, for the EXECs and
@@ -904,6 +994,60 @@ func (c *conn) awaitTxWriters(keys [][]byte) bool {
 	defer cancel()
 	waited, err := f.TxAwaitWriters(ctx, keys)
 	return waited && err == nil // too long: read as before
+}
+
+// txLockWaiter is a node of several groups, whose reads wait for the
+// prepared cross-group transactions that write their keys (cluster.Multi).
+type txLockWaiter interface {
+	TxLocked(keys [][]byte, writes bool) bool
+	AwaitTxLocks(ctx context.Context, keys [][]byte, writes bool) error
+}
+
+// txAwaitReadLocks waits, for a READONLY transaction on a node of several
+// groups, until no prepared cross-group transaction write-locks the keys of
+// keys whose slot the transaction has no snapshot of yet — as a plain read
+// of them waits (cluster.Multi.AwaitTxLocks: it pushes the holder after
+// 200 ms) — so that the snapshot taken next serves them. A read-write
+// transaction is aborted instead when it reads a key locked at its snapshot
+// (itxn.lookup), and its client retries; a read-only one would meet the same
+// lock at its retry, and is promised no abort where a wait serves it
+// (docs/design/transactions.md, "Read-only transactions"). On an event loop
+// (c.inline) it sets c.wouldWait, with nothing done, if there is a lock.
+func (c *conn) txAwaitReadLocks(tx *itxn, keys [][]byte) error {
+	w, ok := c.srv.shard.(txLockWaiter)
+	if !ok {
+		return nil
+	}
+	var fresh [][]byte
+	for _, k := range keys {
+		if !tx.hasSnapOf(cluster.Slot(k)) {
+			fresh = append(fresh, k)
+		}
+	}
+	if len(fresh) == 0 || !w.TxLocked(fresh, false) {
+		return nil
+	}
+	if c.inline {
+		c.wouldWait = true
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return w.AwaitTxLocks(ctx, fresh, false)
+}
+
+// hasSnapOf reports whether tx took a snapshot of slot s (its first slot's,
+// or a further part's).
+func (tx *itxn) hasSnapOf(s uint16) bool {
+	if tx.slot == int(s) {
+		return true
+	}
+	for _, p := range tx.parts {
+		if p.slot == s {
+			return true
+		}
+	}
+	return false
 }
 
 // txSlot checks that key is in tx's slot on a node of several groups (the

@@ -18,7 +18,7 @@ func TestTxBeginThen(t *testing.T) {
 	a, b := dial(t, s), dial(t, s)
 	a.expect(`
 SET x 1 => OK
-KEFIR.TX FEATURES => ["THEN"]
+KEFIR.TX FEATURES => ["THEN", "READONLY"]
 KEFIR.TX BEGIN SI THEN GET 5 x => "1"
 `)
 	// A write committed after the BEGIN … THEN: the transaction's later

@@ -268,7 +268,8 @@ KEFIR.TX INCRBY ` + h + ` ` + x.k2 + ` 10 => (integer) *
 // TestCrossGroupTxReadsWaitForLocks: a read of a key that a prepared
 // transaction writes waits for its resolve and returns the committed value
 // (here the decision comes by hand, before any push); a transaction's
-// snapshot read of it aborts the transaction. The mutations that serve the
+// snapshot read of it aborts the transaction, and a READONLY transaction's
+// first read of it waits as a plain read does. The mutations that serve the
 // old value instead are caught.
 func TestCrossGroupTxReadsWaitForLocks(t *testing.T) {
 	// The decisions come by hand: no push may come first, however slow
@@ -314,13 +315,36 @@ func TestCrossGroupTxReadsWaitForLocks(t *testing.T) {
 		t.Errorf("a transaction's read of a write-locked key: %s, want TXABORT", got)
 	}
 	decide("r2")
+	// A READONLY transaction's first read of it waits for the resolve
+	// instead (txAwaitReadLocks), as a plain read does, and reads the
+	// committed value: the snapshot is taken after the lock is gone.
+	prepare("r2ro", "7")
+	h = txBegin(t, a, "READONLY")
+	a.send("KEFIR.TX", "GET", h, x.k1)
+	time.Sleep(50 * time.Millisecond)
+	decide("r2ro")
+	if got := a.reply(); got != `"7"` {
+		t.Errorf("a READONLY transaction's read of a write-locked key: %s, want \"7\" (after the resolve)", got)
+	}
+	a.expect(`KEFIR.TX COMMIT ` + h + ` => (integer)*`)
+	// The chained form: on the event loop the first read finds the lock and
+	// the BEGIN is undone (wouldWait); the worker that runs the chain again
+	// begins it anew and waits.
+	prepare("r2roc", "77")
+	a.send("KEFIR.TX", "BEGIN", "READONLY", "THEN", "GET", "100", x.k1)
+	time.Sleep(50 * time.Millisecond)
+	decide("r2roc")
+	if got := a.reply(); got != `"77"` {
+		t.Errorf("KEFIR.TX BEGIN READONLY THEN GET of a write-locked key: %s, want \"77\" (after the resolve)", got)
+	}
+	a.expect(`KEFIR.TX COMMIT 100 => (integer)*`)
 	if !mutation.On {
 		return
 	}
 	cluster.MultiMut.ReadsIgnoreTxLocks.Store(true)
 	got := read("r3", "8")
 	cluster.MultiMut.ReadsIgnoreTxLocks.Store(false)
-	if got != `"7"` {
+	if got != `"77"` {
 		t.Fatalf("ReadsIgnoreTxLocks not caught: %s", got)
 	}
 	t.Logf("ReadsIgnoreTxLocks caught: the read answered %s while the transaction writing 8 was prepared", got)
