@@ -1039,7 +1039,7 @@ func (c *conn) txAwaitReadLocks(tx *itxn, keys [][]byte) error {
 
 // txReadLockHook, if set (tests only), runs between txSlotsReadOnly's wait
 // for locks and the snapshots it takes: where a prepare may slip in.
-var txReadLockHook func()
+var txReadLockHook atomic.Pointer[func()]
 
 // txSlotsReadOnly takes, for a READONLY transaction on a node of several
 // groups, the snapshots of the slots of keys it has none of yet (txSlot),
@@ -1063,8 +1063,8 @@ func (c *conn) txSlotsReadOnly(tx *itxn, keys [][]byte) error {
 		if err := c.txAwaitReadLocks(tx, keys); err != nil || c.wouldWait {
 			return err
 		}
-		if h := txReadLockHook; h != nil && len(fresh) > 0 {
-			h()
+		if h := txReadLockHook.Load(); h != nil && len(fresh) > 0 {
+			(*h)()
 		}
 		for _, k := range keys {
 			if err := c.txSlot(tx, k); err != nil || c.wouldWait {

@@ -347,13 +347,14 @@ func TestCrossGroupTxReadsWaitForLocks(t *testing.T) {
 	raceRead := func() string {
 		reached, prepared := make(chan struct{}), make(chan struct{})
 		var once sync.Once
-		txReadLockHook = func() {
+		hook := func() {
 			once.Do(func() {
 				close(reached)
 				<-prepared
 			})
 		}
-		defer func() { txReadLockHook = nil }()
+		txReadLockHook.Store(&hook)
+		defer txReadLockHook.Store(nil)
 		h := txBegin(t, a, "READONLY")
 		a.send("KEFIR.TX", "GET", h, x.k1)
 		<-reached
