@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -338,6 +339,36 @@ func TestCrossGroupTxReadsWaitForLocks(t *testing.T) {
 		t.Errorf("KEFIR.TX BEGIN READONLY THEN GET of a write-locked key: %s, want \"77\" (after the resolve)", got)
 	}
 	a.expect(`KEFIR.TX COMMIT 100 => (integer)*`)
+	// The race: a transaction prepared between txSlotsReadOnly's wait
+	// (nothing locked) and the snapshot taken after it (txReadLockHook
+	// holds the worker there while this test prepares). The snapshot has
+	// the lock: it is dropped, the wait meets the lock, and the read
+	// answers the committed value. Before, it aborted.
+	raceRead := func() string {
+		reached, prepared := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		hook := func() {
+			once.Do(func() {
+				close(reached)
+				<-prepared
+			})
+		}
+		txReadLockHook.Store(&hook)
+		defer txReadLockHook.Store(nil)
+		h := txBegin(t, a, "READONLY")
+		a.send("KEFIR.TX", "GET", h, x.k1)
+		<-reached
+		prepare("r2race", "77")
+		close(prepared)
+		time.Sleep(50 * time.Millisecond)
+		decide("r2race")
+		got := a.reply()
+		a.do("KEFIR.TX", "ABORT", h)
+		return got
+	}
+	if got := raceRead(); got != `"77"` {
+		t.Errorf("a READONLY first read with a prepare between its wait and its snapshot: %s, want \"77\" (after the resolve)", got)
+	}
 	if !mutation.On {
 		return
 	}
