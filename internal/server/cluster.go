@@ -195,6 +195,8 @@ func (c *conn) clusterCmd(spec *command.Spec, args [][]byte) error {
 			"SLOTS", "    Return information about slots range mappings. Each range is made of:",
 			"    start, end, master and replicas IP addresses, ports and ids",
 			"SHARDS", "    Return information about slot range mappings and the nodes associated with them.",
+			"REPLICAS <node-id>", "    Return <node-id> replicas.",
+			"SLAVES <node-id>", "    Return <node-id> replicas.",
 			"HELP", "    Prints this help.",
 			"Kefir moves slots with kefir cluster move-slots, not SETSLOT (docs/cluster.md)."}
 		_ = w.WriteArrayHeader(len(lines))
@@ -306,8 +308,52 @@ func (c *conn) clusterCmd(spec *command.Spec, args [][]byte) error {
 		return w.WriteInt(int64(cluster.Slot(args[2])))
 	case "COUNTKEYSINSLOT", "GETKEYSINSLOT":
 		return c.keysInSlot(sub, args)
+	case "REPLICAS", "SLAVES":
+		if len(args) != 3 {
+			return errf("ERR wrong number of arguments for 'cluster|%s' command", strings.ToLower(sub))
+		}
+		lines, err := clusterReplicas(s.clusterNodes(groups, addrs), string(args[2]))
+		if err != nil {
+			return err
+		}
+		_ = w.WriteArrayHeader(len(lines))
+		for _, l := range lines {
+			_ = w.WriteBulkString(l)
+		}
+		return nil
 	}
 	return errf("ERR unknown subcommand '%s'. Try CLUSTER HELP.", clip(args[1]))
+}
+
+// clusterReplicas answers CLUSTER REPLICAS id (and SLAVES) from the
+// CLUSTER NODES text: the lines of the nodes listed as replicas of id, each
+// without its newline (Redis's clusterGenNodeDescription), with Redis's
+// errors for a node it does not know or one listed as a replica. A Kefir
+// node's role is the one CLUSTER NODES gives it (clusterNodes): a node that
+// leads no group is a replica of its first group's leader.
+func clusterReplicas(nodes, id string) ([]string, error) {
+	known, master := false, false
+	var out []string
+	for _, l := range strings.Split(strings.TrimSuffix(nodes, "\n"), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 4 {
+			continue
+		}
+		if f[0] == id {
+			known = true
+			master = !strings.Contains(f[2], "slave")
+		}
+		if f[3] == id {
+			out = append(out, l)
+		}
+	}
+	switch {
+	case !known:
+		return nil, errf("ERR Unknown node %s", clip([]byte(id)))
+	case !master:
+		return nil, errf("ERR The specified node is not a master")
+	}
+	return out, nil
 }
 
 // slotEpoch is the slot map's epoch (a static map: 1).

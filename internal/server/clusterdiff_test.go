@@ -23,6 +23,8 @@ var clusterScript = []string{
 	"CLUSTER GETKEYSINSLOT 100 10", "CLUSTER GETKEYSINSLOT 100 0", "CLUSTER GETKEYSINSLOT 100 -1",
 	"CLUSTER GETKEYSINSLOT 100 abc", "CLUSTER GETKEYSINSLOT abc 10", "CLUSTER GETKEYSINSLOT abc -1",
 	"CLUSTER GETKEYSINSLOT 16384 10", "CLUSTER GETKEYSINSLOT -1 10", "CLUSTER GETKEYSINSLOT 99999 abc",
+	"CLUSTER REPLICAS", "CLUSTER REPLICAS a b", "CLUSTER SLAVES", "CLUSTER REPLICAS nosuchnode",
+	"CLUSTER SLAVES 0123456789012345678901234567890123456789",
 	"CLUSTER FOOBAR", "CLUSTER FooBar x y", "CLUSTER",
 	"ASKING x", "READONLY x", "READWRITE x",
 }
@@ -54,7 +56,14 @@ func TestClusterRepliesMatchRedis(t *testing.T) {
 	if first(want) != first(got) {
 		t.Errorf("CLUSTER HELP:\n  redis: %s\n  kefir: %s", want, got)
 	}
-	for _, sub := range []string{"COUNTKEYSINSLOT", "GETKEYSINSLOT", "INFO", "KEYSLOT", "MYID", "NODES", "SLOTS", "SHARDS"} {
+	// CLUSTER REPLICAS of the node itself: a master with no replicas.
+	for _, c := range []*client{rc, kc} {
+		id := strings.Trim(c.do("CLUSTER", "MYID"), `"`)
+		if got := c.do("CLUSTER", "REPLICAS", id); got != "[]" {
+			t.Errorf("CLUSTER REPLICAS of a lone master %s: %s, want []", id, got)
+		}
+	}
+	for _, sub := range []string{"COUNTKEYSINSLOT", "GETKEYSINSLOT", "INFO", "KEYSLOT", "MYID", "NODES", "SLOTS", "SHARDS", "REPLICAS"} {
 		if !strings.Contains(got, sub) {
 			t.Errorf("CLUSTER HELP does not name %s: %s", sub, got)
 		}

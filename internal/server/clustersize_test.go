@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,5 +34,32 @@ func TestClusterInfoSizeCountsMasters(t *testing.T) {
 	masters := strings.Count(nodes, "master")
 	if masters != 1 || !strings.Contains(info, `cluster_size:1\r\n`) {
 		t.Fatalf("one node leads both groups: CLUSTER NODES lists %d masters, CLUSTER INFO says\n%s", masters, info)
+	}
+	// CLUSTER REPLICAS (and SLAVES) of the master: the two other nodes'
+	// CLUSTER NODES lines, without their newlines; of a replica, Redis's
+	// error.
+	text, err := strconv.Unquote(nodes)
+	if err != nil {
+		t.Fatalf("CLUSTER NODES: %s", nodes)
+	}
+	var master, replica string
+	var want []string
+	for _, l := range strings.Split(strings.TrimSpace(text), "\n") {
+		f := strings.Fields(l)
+		if strings.Contains(f[2], "master") {
+			master = f[0]
+		} else {
+			replica = f[0]
+			want = append(want, strconv.Quote(l))
+		}
+	}
+	wantReply := "[" + strings.Join(want, ", ") + "]"
+	for _, sub := range []string{"REPLICAS", "SLAVES"} {
+		if got := c.do("CLUSTER", sub, master); got != wantReply {
+			t.Errorf("CLUSTER %s %s = %s, want %s", sub, master, got, wantReply)
+		}
+	}
+	if got := c.do("CLUSTER", "REPLICAS", replica); got != "ERR The specified node is not a master" {
+		t.Errorf("CLUSTER REPLICAS of replica %s = %s", replica, got)
 	}
 }
