@@ -102,6 +102,17 @@ func (m *Multi) txLockOf(keys [][]byte, writes bool) (key []byte, p kv.TxPrepare
 	return nil, kv.TxPrepared{}, false, nil
 }
 
+// LeadsKey reports whether this node's replica of key's group leads it
+// (false for a group this node does not host).
+func (m *Multi) LeadsKey(key []byte) bool {
+	g, err := m.routeSlot(Slot(key))
+	if err != nil {
+		return false
+	}
+	l, ok := g.h.Replica.(txLeads)
+	return ok && l.Leads()
+}
+
 // TxLocked reports, without waiting, whether a read (writes false) or a
 // write of keys would wait for a prepared transaction here.
 func (m *Multi) TxLocked(keys [][]byte, writes bool) bool {

@@ -1002,6 +1002,7 @@ func (c *conn) awaitTxWriters(keys [][]byte) bool {
 type txLockWaiter interface {
 	TxLocked(keys [][]byte, writes bool) bool
 	AwaitTxLocks(ctx context.Context, keys [][]byte, writes bool) error
+	LeadsKey(key []byte) bool
 }
 
 // txAwaitReadLocks waits, for a READONLY transaction on a node of several
@@ -1017,6 +1018,12 @@ type txLockWaiter interface {
 func (c *conn) txAwaitReadLocks(tx *itxn, keys [][]byte) error {
 	w, ok := c.srv.shard.(txLockWaiter)
 	if !ok {
+		return nil
+	}
+	if tx.slot < 0 && !w.LeadsKey(keys[0]) {
+		// The first key takes the first slot's snapshot at its group's
+		// leader: not here, where TxBegin answers -MOVED (a plain read at
+		// a follower does not wait for a lock either).
 		return nil
 	}
 	var fresh [][]byte

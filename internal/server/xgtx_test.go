@@ -369,6 +369,25 @@ func TestCrossGroupTxReadsWaitForLocks(t *testing.T) {
 	if got := raceRead(); got != `"77"` {
 		t.Errorf("a READONLY first read with a prepare between its wait and its snapshot: %s, want \"77\" (after the resolve)", got)
 	}
+	// At a follower of the key's group the first read answers -MOVED at
+	// once, lock or not, as a plain read there does: its snapshot is the
+	// leader's to take. Before, it waited for the lock first.
+	prepare("r2f", "77")
+	f := dial(t, x.g.nodes[(x.l1+1)%3])
+	time.Sleep(200 * time.Millisecond) // the follower applies the prepare: its lock shows there
+	hf := txBegin(t, f, "READONLY")
+	moved := make(chan string, 1)
+	go func() { moved <- f.do("KEFIR.TX", "GET", hf, x.k1) }()
+	select {
+	case got := <-moved:
+		if !strings.HasPrefix(got, "MOVED") {
+			t.Errorf("a READONLY first read at a follower: %s, want MOVED", got)
+		}
+	case <-time.After(2 * time.Second):
+		t.Errorf("a READONLY first read at a follower waited for a lock before its -MOVED")
+		defer func() { <-moved }()
+	}
+	decide("r2f")
 	if !mutation.On {
 		return
 	}
