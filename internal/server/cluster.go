@@ -349,7 +349,9 @@ func clusterReplicas(nodes, id string) ([]string, error) {
 	}
 	switch {
 	case !known:
-		return nil, errf("ERR Unknown node %s", clip([]byte(id)))
+		// Whole, as Redis names it (the writer turns a CR or LF into a
+		// space, as Redis's addReplyErrorFormat does).
+		return nil, errf("ERR Unknown node %s", id)
 	case !master:
 		return nil, errf("ERR The specified node is not a master")
 	}
