@@ -196,7 +196,6 @@ func (c *conn) clusterCmd(spec *command.Spec, args [][]byte) error {
 			"    start, end, master and replicas IP addresses, ports and ids",
 			"SHARDS", "    Return information about slot range mappings and the nodes associated with them.",
 			"REPLICAS <node-id>", "    Return <node-id> replicas.",
-			"SLAVES <node-id>", "    Return <node-id> replicas.",
 			"HELP", "    Prints this help.",
 			"Kefir moves slots with kefir cluster move-slots, not SETSLOT (docs/cluster.md)."}
 		_ = w.WriteArrayHeader(len(lines))
