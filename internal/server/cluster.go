@@ -196,7 +196,6 @@ func (c *conn) clusterCmd(spec *command.Spec, args [][]byte) error {
 			"    start, end, master and replicas IP addresses, ports and ids",
 			"SHARDS", "    Return information about slot range mappings and the nodes associated with them.",
 			"REPLICAS <node-id>", "    Return <node-id> replicas.",
-			"SLAVES <node-id>", "    Return <node-id> replicas.",
 			"HELP", "    Prints this help.",
 			"Kefir moves slots with kefir cluster move-slots, not SETSLOT (docs/cluster.md)."}
 		_ = w.WriteArrayHeader(len(lines))
@@ -349,7 +348,9 @@ func clusterReplicas(nodes, id string) ([]string, error) {
 	}
 	switch {
 	case !known:
-		return nil, errf("ERR Unknown node %s", clip([]byte(id)))
+		// Whole, as Redis names it (the writer turns a CR or LF into a
+		// space, as Redis's addReplyErrorFormat does).
+		return nil, errf("ERR Unknown node %s", id)
 	case !master:
 		return nil, errf("ERR The specified node is not a master")
 	}

@@ -1070,7 +1070,7 @@ func (c *conn) txSlotsReadOnly(tx *itxn, keys [][]byte) error {
 		if err := c.txAwaitReadLocks(tx, keys); err != nil || c.wouldWait {
 			return err
 		}
-		if h := txReadLockHook.Load(); h != nil && len(fresh) > 0 {
+		if h := txReadLockHook.Load(); h != nil && len(fresh) > 0 && !c.inline {
 			(*h)()
 		}
 		for _, k := range keys {
