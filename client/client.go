@@ -539,8 +539,7 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 	retries := 0      // attempts whose request may have reached a server
 	moves := 0
 	maybeApplied := false // an earlier attempt of this write may have executed
-	var began time.Time
-	backoff := 5 * time.Millisecond
+	win := retryWindow{backoff: 5 * time.Millisecond}
 	for attempt := 0; ; attempt++ {
 		var owned bool
 		var err error
@@ -566,16 +565,10 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 				// the first refused dial, though the group was back in
 				// under a second and its retry, with the same request id,
 				// would have settled it.
-				if began.IsZero() {
-					began = time.Now()
-				}
-				if time.Since(began) < c.opts.retryUnavailable {
-					select {
-					case <-time.After(backoff):
-					case <-ctx.Done():
-						return true, ctxError(ctx.Err(), req.write && (req.sent || maybeApplied))
+				if win.open(c.opts.retryUnavailable) {
+					if err := win.sleep(ctx); err != nil {
+						return true, ctxError(err, req.write && (req.sent || maybeApplied))
 					}
-					backoff = min(2*backoff, 200*time.Millisecond)
 					if slot >= 0 {
 						p = c.rt.route(slot)
 					}
@@ -608,18 +601,12 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 				// WithRetryUnavailable window.
 				moves++
 				if moves > 2 {
-					if began.IsZero() {
-						began = time.Now()
-					}
-					if moves > maxMoves && time.Since(began) >= c.opts.retryUnavailable {
+					if open := win.open(c.opts.retryUnavailable); moves > maxMoves && !open {
 						break
 					}
-					select {
-					case <-time.After(backoff):
-					case <-ctx.Done():
-						return true, ctxError(ctx.Err(), req.write && (req.sent || maybeApplied))
+					if err := win.sleep(ctx); err != nil {
+						return true, ctxError(err, req.write && (req.sent || maybeApplied))
 					}
-					backoff = min(2*backoff, 200*time.Millisecond)
 				}
 				addr := lastWord(se.Msg)
 				if slot >= 0 {
@@ -643,21 +630,15 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 				if req.write && strings.Contains(se.Msg, "outcome") {
 					maybeApplied = true
 				}
-				if began.IsZero() {
-					began = time.Now()
-				}
-				if time.Since(began) < c.opts.retryUnavailable {
+				if win.open(c.opts.retryUnavailable) {
 					if slot < 0 {
 						c.leader.Store(nil) // whoever said so is no longer sure who leads
 					} else {
 						c.rt.refreshSoon("")
 					}
-					select {
-					case <-time.After(backoff):
-					case <-ctx.Done():
-						return true, ctxError(ctx.Err(), req.write && (req.sent || maybeApplied))
+					if err := win.sleep(ctx); err != nil {
+						return true, ctxError(err, req.write && (req.sent || maybeApplied))
 					}
-					backoff = min(2*backoff, 200*time.Millisecond)
 					if slot >= 0 {
 						p = c.rt.route(slot)
 					}
@@ -686,16 +667,10 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 				// leader's connections fail one after another (each retry may land
 				// on one the client has not yet seen die), which is the leader
 				// change that window is for. Back off as for -UNAVAILABLE.
-				if began.IsZero() {
-					began = time.Now()
-				}
-				if time.Since(began) < c.opts.retryUnavailable {
-					select {
-					case <-time.After(backoff):
-					case <-ctx.Done():
-						return true, ctxError(ctx.Err(), req.write && (req.sent || maybeApplied))
+				if win.open(c.opts.retryUnavailable) {
+					if err := win.sleep(ctx); err != nil {
+						return true, ctxError(err, req.write && (req.sent || maybeApplied))
 					}
-					backoff = min(2*backoff, 200*time.Millisecond)
 					retry = true
 				}
 			}
@@ -724,6 +699,35 @@ func (c *Client) do(ctx context.Context, req *request) (owned bool, err error) {
 		}
 		return true, err
 	}
+}
+
+// retryWindow is one call's WithRetryUnavailable window — opened by the
+// first retry that needs it (a dial that reaches no node, -UNAVAILABLE, a
+// connection lost past WithMaxRetries, a -MOVED chain) and shared by all of
+// them — and the backoff between its retries, doubled up to 200ms.
+type retryWindow struct {
+	began   time.Time
+	backoff time.Duration
+}
+
+// open starts the window if it has not started and reports whether d has
+// not passed since.
+func (w *retryWindow) open(d time.Duration) bool {
+	if w.began.IsZero() {
+		w.began = time.Now()
+	}
+	return time.Since(w.began) < d
+}
+
+// sleep waits one backoff and doubles it; ctx's error if it ends first.
+func (w *retryWindow) sleep(ctx context.Context) error {
+	select {
+	case <-time.After(w.backoff):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	w.backoff = min(2*w.backoff, 200*time.Millisecond)
+	return nil
 }
 
 // ctxError maps a context error. A write that may have reached the server has an

@@ -391,6 +391,17 @@ func (t *Tx) request(kind replyKind, sub string, args ...any) *request {
 	return r
 }
 
+// beginWords appends BEGIN's words after KEFIR.TX to w: BEGIN, the
+// isolation level, and READONLY for a TxOptions.ReadOnly transaction where
+// the connection's server takes it (probeTx).
+func (t *Tx) beginWords(w []arg) []arg {
+	w = append(w, arg{s: "BEGIN"}, arg{s: t.level})
+	if t.readOnly && t.cn.txReadOnly {
+		w = append(w, arg{s: "READONLY"})
+	}
+	return w
+}
+
 // noteSlot notes that the transaction named key. Keys of several slots
 // make a transaction across groups only on a node of several groups; on a
 // node of one (txOneGroup) they are one snapshot's, and a read-only
@@ -473,10 +484,8 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 	if !t.begun && !fold {
 		begin = newCall(replyInt, false, nil, nil)
 		begin.allowRedirect = false
-		begin.cmd = append(begin.cmd, arg{s: "KEFIR.TX"}, arg{s: "BEGIN"}, arg{s: t.level})
-		if t.readOnly && t.cn.txReadOnly {
-			begin.cmd = append(begin.cmd, arg{s: "READONLY"})
-		}
+		var w [4]arg
+		begin.cmd = append(append(begin.cmd, arg{s: "KEFIR.TX"}), t.beginWords(w[:0])...)
 		reqs = append(reqs, begin)
 	}
 	writes := t.pending
@@ -497,11 +506,8 @@ func (t *Tx) call(ctx context.Context, kind replyKind, sub string, args ...any) 
 			for _, q := range reqs {
 				q.cmd[2] = arg{s: t.h}
 			}
-			if t.readOnly && t.cn.txReadOnly {
-				reqs[0].cmd = slices.Insert(reqs[0].cmd, 1, arg{s: "BEGIN"}, arg{s: t.level}, arg{s: "READONLY"}, arg{s: "THEN"})
-			} else {
-				reqs[0].cmd = slices.Insert(reqs[0].cmd, 1, arg{s: "BEGIN"}, arg{s: t.level}, arg{s: "THEN"})
-			}
+			var w [4]arg
+			reqs[0].cmd = slices.Insert(reqs[0].cmd, 1, append(t.beginWords(w[:0]), arg{s: "THEN"})...)
 		}
 	} else if begin != nil {
 		// The handle BEGIN will answer: the connection's next, taken in

@@ -1006,7 +1006,7 @@ type txLockWaiter interface {
 }
 
 // txAwaitReadLocks waits, for a READONLY transaction on a node of several
-// groups, until no prepared cross-group transaction write-locks the keys of
+// groups, until no prepared cross-group transaction write-locks fresh, the
 // keys whose slot the transaction has no snapshot of yet — as a plain read
 // of them waits (cluster.Multi.AwaitTxLocks: it pushes the holder after
 // 200 ms) — so that the snapshot taken next serves them. A read-write
@@ -1015,24 +1015,20 @@ type txLockWaiter interface {
 // lock at its retry, and is promised no abort where a wait serves it
 // (docs/design/transactions.md, "Read-only transactions"). On an event loop
 // (c.inline) it sets c.wouldWait, with nothing done, if there is a lock.
-func (c *conn) txAwaitReadLocks(tx *itxn, keys [][]byte) error {
+func (c *conn) txAwaitReadLocks(tx *itxn, fresh [][]byte) error {
 	w, ok := c.srv.shard.(txLockWaiter)
-	if !ok {
+	if !ok || len(fresh) == 0 {
 		return nil
 	}
-	if tx.slot < 0 && !w.LeadsKey(keys[0]) {
+	// With no snapshot yet every key is fresh, and fresh[0] is the first
+	// key, which takes the first slot.
+	if tx.slot < 0 && !w.LeadsKey(fresh[0]) {
 		// The first key takes the first slot's snapshot at its group's
 		// leader: not here, where TxBegin answers -MOVED (a plain read at
 		// a follower does not wait for a lock either).
 		return nil
 	}
-	var fresh [][]byte
-	for _, k := range keys {
-		if !tx.hasSnapOf(cluster.Slot(k)) {
-			fresh = append(fresh, k)
-		}
-	}
-	if len(fresh) == 0 || !w.TxLocked(fresh, false) {
+	if !w.TxLocked(fresh, false) {
 		return nil
 	}
 	if c.inline {
@@ -1067,7 +1063,7 @@ func (c *conn) txSlotsReadOnly(tx *itxn, keys [][]byte) error {
 				fresh = append(fresh, k)
 			}
 		}
-		if err := c.txAwaitReadLocks(tx, keys); err != nil || c.wouldWait {
+		if err := c.txAwaitReadLocks(tx, fresh); err != nil || c.wouldWait {
 			return err
 		}
 		if h := txReadLockHook.Load(); h != nil && len(fresh) > 0 && !c.inline {
