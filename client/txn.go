@@ -49,7 +49,9 @@ type TxOptions struct {
 	// SetRange, SetBit) return ErrTxReadOnly without reaching the server,
 	// and its reads never wait for a commit in flight. On a node of one
 	// replica group it never waits and never aborts (its reads are of one
-	// snapshot, and it ends without a commit); on a node of several groups a
+	// snapshot, and it ends without a commit) but at the lifetime and
+	// retention limits and a rare race: a key first read by a later call
+	// whose version at the start was dropped before the start was pinned; on a node of several groups a
 	// read of a key a prepared cross-group transaction writes waits for it,
 	// and some reads may still abort: one across groups is validated at its
 	// end (docs/design/transactions.md, "Read-only transactions"). Against a

@@ -748,7 +748,9 @@ func (c *conn) txRunChain(ch txChain) error {
 // the commit, which is still a point inside its real-time interval. It never
 // waits and, on a node of one replica group, never aborts (its reads are of
 // one snapshot, and its COMMIT ends it without the log), except at the
-// lifetime and retention limits. The isolation word is accepted and changes
+// lifetime and retention limits and a rare race (a key first read by a
+// later command whose version at the start was dropped before the start
+// was pinned: txSnapLost). The isolation word is accepted and changes
 // nothing: a transaction that only reads one snapshot is serializable.
 func parseTxBeginArgs(args [][]byte) (iso kv.Cond, readOnly bool, err error) {
 	iso = kv.TxSerializable
